@@ -1,0 +1,22 @@
+# make demo / make test / make bench: each sets everything up first (tools/setup.sh).
+PYTHON := .venv/bin/python
+# Two pocl OpenCL devices stand in for GPUs when no CUDA GPU is present.
+export POCL_DEVICES ?= pthread pthread
+export POCL_MAX_PTHREAD_COUNT ?= 1
+
+.PHONY: setup demo test bench clean
+
+setup:
+	@tools/setup.sh
+
+demo: setup
+	@tools/demo.sh
+
+test: setup
+	$(PYTHON) -m pytest -p no:cacheprovider tests $(PYTEST_ARGS)
+
+bench: setup
+	$(PYTHON) benchmarks/run_all.py
+
+clean:
+	rm -rf .venv build *.egg-info

@@ -1,0 +1,46 @@
+"""Command line: ``python -m theano_multigpu {info,run}``.
+
+    python -m theano_multigpu info             versions, contexts, settings
+    python -m theano_multigpu run train.py ... run a script on the shim
+"""
+import argparse
+import os
+import runpy
+import sys
+
+__all__ = ['main']
+
+
+def _run(args):
+    """Run ``args.script`` as ``__main__`` with the shim on (children too)."""
+    os.environ['KERAS_BACKEND'] = 'theano_multigpu'
+    import theano_multigpu
+    theano_multigpu.activate()
+    sys.argv = [args.script] + args.args
+    sys.path.insert(0, os.path.dirname(os.path.abspath(args.script)))
+    runpy.run_path(args.script, run_name='__main__')
+    return 0
+
+
+def _info(args):
+    from . import info
+    return info.main()
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog='python -m theano_multigpu',
+        description='Multi-GPU training for Keras 1.x on Theano.')
+    commands = parser.add_subparsers(dest='command', required=True)
+    run = commands.add_parser('run', help='run a Keras script on the shim')
+    run.add_argument('script')
+    run.add_argument('args', nargs=argparse.REMAINDER)
+    run.set_defaults(handler=_run)
+    info = commands.add_parser('info', help='versions, contexts and settings')
+    info.set_defaults(handler=_info)
+    args = parser.parse_args(argv)
+    return args.handler(args)
+
+
+if __name__ == '__main__':
+    sys.exit(main())

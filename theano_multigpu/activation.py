@@ -1,0 +1,56 @@
+"""Turning the shim on: Keras 1.x sees its Theano backend, with the shim's
+entries in it.
+
+Keras 1.x accepts only KERAS_BACKEND=theano or tensorflow.  While
+``keras.backend`` executes, KERAS_BACKEND reads 'theano'; right after, it is
+'theano_multigpu' again (child processes start on the shim too) and the
+shim's entries replace Keras's (``keras_adapter.install``).
+"""
+import os
+
+from . import compat, importhook, settings
+
+__all__ = ['activate', 'compat_only_requested', 'BACKEND_NAME']
+
+BACKEND_NAME = 'theano_multigpu'
+
+_active = False
+
+
+def compat_only_requested():
+    """THEANO_MULTIGPU_COMPAT=1 without KERAS_BACKEND=theano_multigpu."""
+    return (os.environ.get('THEANO_MULTIGPU_COMPAT') == '1'
+            and os.environ.get('KERAS_BACKEND') != BACKEND_NAME)
+
+
+def _present_as_theano(module):
+    os.environ['KERAS_BACKEND'] = 'theano'
+
+
+def _install_adapter(keras_backend):
+    os.environ['KERAS_BACKEND'] = BACKEND_NAME
+    from . import keras_adapter
+    keras_adapter.install(keras_backend)
+
+
+def _register_contexts(gpuarray):
+    from . import devices, mesh
+    import theano
+    devices.register_missing_names(gpuarray, settings.parse_contexts_flag(theano.config.contexts))
+    master = mesh.current().master
+    if master is not None:
+        devices.set_default_context(master)
+
+
+def activate():
+    """Make the next ``import keras`` use the shim; idempotent."""
+    global _active
+    if _active:
+        return
+    os.environ['KERAS_BACKEND'] = BACKEND_NAME
+    compat.install()
+    importhook.after_import('theano.configparser', settings.on_theano_configparser)
+    importhook.after_import('theano.gpuarray', _register_contexts)
+    importhook.before_import('keras.backend', _present_as_theano)
+    importhook.after_import('keras.backend', _install_adapter)
+    _active = True

@@ -1,0 +1,156 @@
+"""Keras 1.x on today's packages: keras.json, PyYAML 6, h5py 3."""
+import contextlib
+import functools
+import json
+import os
+
+from .. import importhook
+
+__all__ = ['install', 'keras_config_path', 'yaml_loader_class', 'write_theano_keras_json']
+
+
+def keras_config_path():
+    """Where Keras 1.x reads keras.json (it falls back to /tmp when HOME is
+    not writable)."""
+    base = os.path.expanduser('~')
+    if not os.access(base, os.W_OK):
+        base = '/tmp'
+    return os.path.join(base, '.keras', 'keras.json')
+
+
+def write_theano_keras_json(module=None):
+    """A first Keras import writes keras.json with the TensorFlow backend and
+    'tf' dimension ordering; write the Theano defaults first instead."""
+    path = keras_config_path()
+    if os.path.exists(path):
+        return
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    config = {'floatx': 'float32', 'epsilon': 1e-07,
+              'backend': 'theano', 'image_dim_ordering': 'th'}
+    with open(path, 'w') as f:
+        f.write(json.dumps(config, indent=4))
+
+
+def yaml_loader_class():
+    import yaml
+
+    class YamlLoader(yaml.SafeLoader):
+        """Safe loader that also reads the tuples Keras's to_yaml writes."""
+
+    YamlLoader.add_constructor(
+        'tag:yaml.org,2002:python/tuple',
+        lambda loader, node: tuple(loader.construct_sequence(node)))
+    return YamlLoader
+
+
+@contextlib.contextmanager
+def _replaced(module, name, replacement):
+    original = getattr(module, name)
+    setattr(module, name, replacement(original))
+    try:
+        yield
+    finally:
+        setattr(module, name, original)
+
+
+def _safe_yaml_load(original, loader):
+    def load(stream, Loader=None):
+        return original(stream, Loader=loader)
+    return load
+
+
+def _with_safe_yaml(func):
+    """Run ``func`` with ``yaml.load`` safe and PyYAML-6 compatible: Keras
+    1.x calls it without a Loader.  No YAML can construct Python objects."""
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        import yaml
+        loader = yaml_loader_class()
+        with _replaced(yaml, 'load', lambda original: _safe_yaml_load(original, loader)):
+            return func(*args, **kwargs)
+    return wrapper
+
+
+def _as_bytes(value):
+    """h5py 3 reads string attributes as str; Keras 1.x decodes bytes."""
+    import numpy as np
+    if isinstance(value, str):
+        return value.encode('utf8')
+    if isinstance(value, np.ndarray) and value.dtype == object:
+        return np.array([_as_bytes(v) for v in value.tolist()])
+    return value
+
+
+class _BytesAttrs(object):
+    """An h5py attribute manager whose string values read as bytes."""
+
+    def __init__(self, attrs):
+        self._attrs = attrs
+
+    def __getitem__(self, key):
+        return _as_bytes(self._attrs[key])
+
+    def get(self, key, default=None):
+        return self[key] if key in self._attrs else default
+
+    def __contains__(self, key):
+        return key in self._attrs
+
+    def __iter__(self):
+        return iter(self._attrs)
+
+    def __getattr__(self, name):
+        return getattr(self._attrs, name)
+
+
+class _BytesGroup(object):
+    """An h5py file or group as h5py 2 showed it to Keras 1.x."""
+
+    def __init__(self, group):
+        self._group = group
+
+    @property
+    def attrs(self):
+        return _BytesAttrs(self._group.attrs)
+
+    def __getitem__(self, key):
+        import h5py
+        item = self._group[key]
+        return _BytesGroup(item) if isinstance(item, h5py.Group) else item
+
+    def __contains__(self, key):
+        return key in self._group
+
+    def __iter__(self):
+        return iter(self._group)
+
+    def __getattr__(self, name):
+        return getattr(self._group, name)
+
+
+def _with_h5py2_strings(func):
+    """Run ``func`` with files it opens reading strings as bytes."""
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        import h5py
+        opener = lambda original: (lambda *a, **k: _BytesGroup(original(*a, **k)))
+        with _replaced(h5py, 'File', opener):
+            return func(*args, **kwargs)
+    return wrapper
+
+
+def _fix_models(models):
+    models.model_from_yaml = _with_safe_yaml(models.model_from_yaml)
+    if hasattr(models, 'load_model'):
+        models.load_model = _with_h5py2_strings(models.load_model)
+
+
+def _fix_topology(topology):
+    container = topology.Container
+    container.load_weights = _with_h5py2_strings(container.load_weights)
+
+
+def install():
+    importhook.before_import('keras.backend', write_theano_keras_json)
+    importhook.after_import('keras.engine.topology', _fix_topology)
+    importhook.after_import('keras.models', _fix_models)

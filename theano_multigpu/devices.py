@@ -1,0 +1,130 @@
+"""Devices and named contexts: what the machine has, and registering every
+name of the ``contexts`` flag with a context of its own.
+
+Theano registers only the first name given for a device string
+(``init_dev`` keys contexts by device); ``register_missing_names`` gives the
+others a context each, so one GPU or one pocl device can host several.
+"""
+import sys
+
+from .errors import ConfigurationError
+
+__all__ = ['have_pygpu', 'available_devices', 'check_before_theano',
+           'register_missing_names', 'set_default_context', 'context_memory',
+           'device_kind']
+
+PYGPU_INSTALL = ('apt-get install python3-pygpu libgpuarray-dev '
+                 '(and make the virtual environment with --system-site-packages)')
+
+_warned_no_pygpu = False
+
+
+def have_pygpu():
+    try:
+        import pygpu  # noqa: F401
+        import pygpu.gpuarray  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def available_devices():
+    """Device strings that libgpuarray can open here, e.g. ['opencl0:0']."""
+    import pygpu.gpuarray as gpuarray
+    found = []
+    try:
+        found += ['cuda%d' % i for i in range(gpuarray.count_devices('cuda', 0))]
+    except Exception:
+        pass
+    try:
+        for platform in range(gpuarray.count_platforms('opencl')):
+            found += ['opencl%d:%d' % (platform, d)
+                      for d in range(gpuarray.count_devices('opencl', platform))]
+    except Exception:
+        pass
+    return found
+
+
+def _device_exists(device, found):
+    if device == 'cuda':
+        return any(d.startswith('cuda') for d in found)
+    return device in found
+
+
+def _warn_no_pygpu():
+    global _warned_no_pygpu
+    if not _warned_no_pygpu:
+        sys.stderr.write('theano_multigpu: pygpu is not installed, so this runs '
+                         'as the plain Theano backend on one device; for GPU '
+                         'contexts: %s\n' % PYGPU_INSTALL)
+        _warned_no_pygpu = True
+
+
+def check_before_theano(pairs, configparser):
+    """Stop early, with the devices found, when the contexts cannot work."""
+    if not have_pygpu():
+        if len(pairs) > 1:
+            raise ConfigurationError(
+                'THEANO_FLAGS contexts=%r asks for %d contexts, which needs pygpu '
+                '(libgpuarray), but it is not installed; %s'
+                % (';'.join('%s->%s' % p for p in pairs), len(pairs), PYGPU_INSTALL))
+        _warn_no_pygpu()
+        configparser.THEANO_FLAGS_DICT.pop('contexts', None)
+        for cfg in (configparser.theano_cfg, configparser.theano_raw_cfg):
+            if cfg.has_section('global'):
+                cfg.remove_option('global', 'contexts')
+        return
+    if not pairs:
+        return
+    found = available_devices()
+    for name, device in pairs:
+        if not _device_exists(device, found):
+            raise ConfigurationError(
+                'THEANO_FLAGS contexts maps %r to device %r, which does not exist '
+                'here; devices found: %s. Fix contexts=%r'
+                % (name, device, ', '.join(found) or 'none',
+                   ';'.join('%s->%s' % p for p in pairs)))
+
+
+def register_missing_names(gpuarray, pairs):
+    """Give every name of ``pairs`` a context, also names whose device
+    another name already opened."""
+    from theano.gpuarray.type import ContextNotDefined, get_context
+    devmap = gpuarray.init_dev.devmap
+    for name, device in pairs:
+        try:
+            get_context(name)
+            continue
+        except ContextNotDefined:
+            pass
+        earlier = devmap.pop(device, None)
+        try:
+            gpuarray.init_dev(device, name)
+        except Exception as error:
+            raise ConfigurationError(
+                'THEANO_FLAGS contexts maps %r to %r, but libgpuarray could not '
+                'open it: %s' % (name, device, error)) from error
+        finally:
+            if earlier is not None:
+                devmap[device] = earlier
+
+
+def set_default_context(name):
+    """Make context ``name`` Theano's default (as ``device=`` would): ops
+    whose inputs name no context, like the random generator's, go there."""
+    from theano.gpuarray.type import ContextNotDefined, get_context, reg_context
+    try:
+        get_context(None)
+    except ContextNotDefined:
+        reg_context(None, get_context(name))
+
+
+def device_kind(device):
+    return 'cuda' if device.startswith('cuda') else 'opencl'
+
+
+def context_memory(name):
+    """(total bytes, free bytes) of the context registered as ``name``."""
+    from theano.gpuarray.type import get_context
+    context = get_context(name)
+    return int(context.total_gmem), int(context.free_gmem)

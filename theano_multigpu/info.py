@@ -1,0 +1,97 @@
+"""``python -m theano_multigpu info``: versions, contexts, settings.
+
+Exits non-zero, with the reason, when the configuration cannot work.
+"""
+import platform
+import sys
+
+from .errors import ConfigurationError
+
+__all__ = ['main', 'collect']
+
+
+def _version(module_name):
+    try:
+        module = __import__(module_name)
+    except Exception as error:  # report, do not fail, on a missing package
+        return 'not available (%s)' % error.__class__.__name__
+    return getattr(module, '__version__', 'unknown')
+
+
+def collect():
+    """Everything ``info`` prints, as a dict (imports Theano, not Keras)."""
+    import numpy
+    import theano
+    from . import devices, mesh as mesh_module
+    facts = {
+        'python': platform.python_version(),
+        'numpy': numpy.__version__,
+        'theano': theano.__version__,
+        'keras': _keras_version(),
+        'pygpu': _version('pygpu'),
+        'libgpuarray api': _gpuarray_api(),
+    }
+    mesh = mesh_module.current()
+    contexts = []
+    for name in mesh.names:
+        total, free = devices.context_memory(name)
+        device = mesh.devices[name]
+        contexts.append({'name': name, 'device': device,
+                         'kind': devices.device_kind(device),
+                         'total_bytes': total, 'free_bytes': free,
+                         'master': name == mesh.master})
+    settings = {
+        'device': theano.config.device,
+        'floatX': theano.config.floatX,
+        'contexts': theano.config.contexts,
+        'multigpu.mode': theano.config.multigpu.mode,
+        'multigpu.contexts': theano.config.multigpu.contexts or '(all)',
+        'multigpu.master': theano.config.multigpu.master or '(first)',
+        'effective mode': mesh.mode,
+        'blas.ldflags': theano.config.blas.ldflags,
+    }
+    return {'versions': facts, 'contexts': contexts, 'settings': settings}
+
+
+def _keras_version():
+    try:
+        from importlib.metadata import version
+        return version('keras')
+    except Exception:
+        return 'not installed'
+
+
+def _gpuarray_api():
+    try:
+        import pygpu.gpuarray
+        return '.'.join(str(v) for v in pygpu.gpuarray.api_version())
+    except Exception:
+        return 'not available'
+
+
+def _mib(n):
+    return '%.0f MiB' % (n / 2.0 ** 20)
+
+
+def main():
+    try:
+        facts = collect()
+    except ConfigurationError as error:
+        print('theano_multigpu: configuration cannot work: %s' % error, file=sys.stderr)
+        return 2
+    print('theano_multigpu')
+    print('versions:')
+    for key, value in facts['versions'].items():
+        print('  %-16s %s' % (key, value))
+    print('contexts:')
+    if not facts['contexts']:
+        print('  (none: THEANO_FLAGS contexts is unset; Theano device=%s)'
+              % facts['settings']['device'])
+    for c in facts['contexts']:
+        print('  %-8s %-12s %-7s total %-10s free %-10s%s'
+              % (c['name'], c['device'], c['kind'], _mib(c['total_bytes']),
+                 _mib(c['free_bytes']), '  (master)' if c['master'] else ''))
+    print('settings:')
+    for key, value in facts['settings'].items():
+        print('  %-18s %s' % (key, value))
+    return 0
