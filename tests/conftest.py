@@ -1,0 +1,77 @@
+"""Shared test helpers.
+
+Theano reads its flags once, at import, so every configuration runs in a
+fresh Python process: ``run_python`` starts one with the venv's interpreter
+(the start-up hook installed), a fresh HOME (Keras writes keras.json there)
+and the Theano/pocl compile caches shared between tests.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CACHE = os.path.join(REPO, '.cache')
+PYTHON = sys.executable
+
+
+def have_pocl_devices(n=2):
+    """True when pocl shows at least ``n`` OpenCL devices (POCL_DEVICES)."""
+    try:
+        import pygpu.gpuarray as gpuarray
+        return (gpuarray.count_platforms('opencl') > 0
+                and gpuarray.count_devices('opencl', 0) >= n)
+    except Exception:
+        return False
+
+
+needs_pocl = pytest.mark.skipif(
+    not have_pocl_devices(2),
+    reason='needs pygpu and two pocl OpenCL devices (POCL_DEVICES="pthread pthread")')
+
+
+def python_env(home, flags='', backend='theano_multigpu', extra=None):
+    """Environment for a child Python: KERAS_BACKEND, THEANO_FLAGS, HOME."""
+    env = dict(os.environ)
+    for key in ('KERAS_BACKEND', 'THEANO_FLAGS', 'THEANO_MULTIGPU_COMPAT', 'THEANORC'):
+        env.pop(key, None)
+    if backend is not None:
+        env['KERAS_BACKEND'] = backend
+    compiledir = 'base_compiledir=' + os.path.join(CACHE, 'theano')
+    env['THEANO_FLAGS'] = ','.join(f for f in (compiledir, 'floatX=float32', flags) if f)
+    env['HOME'] = str(home)
+    env['THEANORC'] = os.path.join(str(home), '.theanorc')
+    env['POCL_CACHE_DIR'] = os.path.join(CACHE, 'pocl')
+    env.setdefault('POCL_DEVICES', 'pthread pthread')
+    env.setdefault('POCL_MAX_PTHREAD_COUNT', '1')
+    env['PYTHONDONTWRITEBYTECODE'] = '1'
+    if extra:
+        env.update(extra)
+    return env
+
+
+def run_python(home, code=None, flags='', backend='theano_multigpu', args=(),
+               extra_env=None, timeout=900, check=True, cwd=None):
+    """Run ``code`` (a string, dedented) or ``args`` in a fresh Python.
+
+    Returns the CompletedProcess; with ``check`` a non-zero exit fails the
+    test and shows the child's output.
+    """
+    command = [PYTHON] + (['-c', textwrap.dedent(code)] if code is not None else []) + list(args)
+    result = subprocess.run(command, env=python_env(home, flags, backend, extra_env),
+                            cwd=cwd or str(home), capture_output=True, text=True,
+                            timeout=timeout)
+    if check and result.returncode != 0:
+        pytest.fail('child Python exited %d\n--- stdout\n%s\n--- stderr\n%s'
+                    % (result.returncode, result.stdout, result.stderr[-6000:]))
+    return result
+
+
+@pytest.fixture
+def home(tmp_path):
+    """A fresh HOME for one child Python."""
+    path = tmp_path / 'home'
+    path.mkdir()
+    return path
