@@ -35,10 +35,31 @@ def variable(value, dtype=None, name=None):
 
 
 def function(inputs, outputs, updates=[], **kwargs):
+    """One Theano function; in batch-wise mode, spread over the contexts."""
+    mesh = mesh_module.current()
+    if mesh.mode == 'batch':
+        from . import batchwise
+        updates = _unique_updates(updates)
+        outputs, updates = batchwise.rewrite(list(inputs), list(outputs), updates, mesh)
     return stock['function'](inputs, outputs, updates=updates, **kwargs)
 
 
+def _unique_updates(updates):
+    """Keras's Function keeps the first update of each variable; so do we."""
+    seen, unique = set(), []
+    for variable, new_value in updates:
+        if id(variable) not in seen:
+            seen.add(id(variable))
+            unique.append((variable, new_value))
+    return unique
+
+
 def gradients(loss, variables):
+    """Gradients; in batch-wise mode, stand-ins that ``function`` replaces by
+    the gradients of the batch-wise loss."""
+    if mesh_module.current().mode == 'batch':
+        from . import batchwise
+        return batchwise.gradient_stand_ins(loss, variables)
     return stock['gradients'](loss, variables)
 
 

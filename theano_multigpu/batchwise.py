@@ -1,0 +1,144 @@
+"""Batch-wise (data parallel) rewriting of one Keras function's graph.
+
+Keras hands ``K.function`` the full-batch graph.  The rewrite finds the
+*frontier*: the Keras tensors (layer outputs, ``_keras_history``) nearest the
+function's outputs and updates, i.e. the model's outputs and whatever layer
+outputs the loss, metrics or state updates read.  Each context computes the
+frontier on a contiguous slice of the batch, from copies of the weights
+moved to it from the master; the slices are gathered on the master, where
+the loss, metrics and updates run on the whole batch as Keras defines them.
+Gradients (``K.gradients`` returns stand-ins in batch-wise mode) are taken
+of the rewritten loss, so each replica's backward runs on its context and
+the weight gradients are summed on the master (the mirror of the copies).
+The full-batch forward graph itself is never computed.
+"""
+import theano
+from theano import gof, tensor
+from theano.compile import SharedVariable
+from theano.gpuarray.basic_ops import HostFromGpu
+from theano.gpuarray.type import GpuArrayType
+
+from .transfer import on_context
+
+__all__ = ['GradientStandIn', 'gradient_stand_ins', 'rewrite', 'slice_bounds']
+
+
+class GradientStandIn(object):
+    """What ``K.gradients(loss, params)`` stood in for, per stand-in variable."""
+
+    def __init__(self, loss, param):
+        self.loss = loss
+        self.param = param
+
+
+def gradient_stand_ins(loss, params):
+    """Variables of each param's type, to be replaced by the real gradients
+    of the rewritten loss when the function is compiled."""
+    stand_ins = []
+    for param in params:
+        stand_in = tensor.TensorType(param.dtype, param.broadcastable)()
+        stand_in.name = 'grad_of_%s' % (param.name or 'param')
+        stand_in.tag.multigpu_gradient = GradientStandIn(loss, param)
+        stand_ins.append(stand_in)
+    return stand_ins
+
+
+def slice_bounds(batch_size, n_replicas):
+    """Symbolic (start, stop) of each replica's rows: contiguous, differing
+    by at most one row; empty when the batch has fewer rows than replicas."""
+    return [((i * batch_size) // n_replicas, ((i + 1) * batch_size) // n_replicas)
+            for i in range(n_replicas)]
+
+
+def _is_keras_tensor(variable):
+    return hasattr(variable, '_keras_history') and variable.ndim >= 1
+
+
+def find_frontier(roots):
+    """Keras tensors nearest ``roots`` that depend on a shared variable."""
+    frontier, seen = [], set()
+    todo = list(roots)
+    while todo:
+        variable = todo.pop()
+        if id(variable) in seen:
+            continue
+        seen.add(id(variable))
+        if _is_keras_tensor(variable) and _depends_on_shared(variable):
+            frontier.append(variable)
+            continue
+        if variable.owner is not None:
+            todo.extend(variable.owner.inputs)
+    return frontier
+
+
+def _depends_on_shared(variable):
+    return any(isinstance(v, SharedVariable) for v in gof.graph.inputs([variable]))
+
+
+def _stand_ins_in(roots):
+    return [v for v in gof.graph.inputs(roots)
+            if getattr(v.tag, 'multigpu_gradient', None) is not None]
+
+
+def _replica_replacements(frontier, inputs, context, bounds):
+    """Replacements that make ``frontier`` compute on ``context``: each
+    batch input sliced and moved there, each weight's host view read from
+    a copy moved there."""
+    start, stop = bounds
+    inputs = set(id(v) for v in inputs)
+    replace = {}
+    for variable in gof.graph.inputs(frontier):
+        if id(variable) in inputs and variable.ndim >= 1:
+            replace[variable] = on_context(variable[start:stop], context)
+    for node in gof.graph.io_toposort(gof.graph.inputs(frontier), frontier):
+        if isinstance(node.op, HostFromGpu):
+            source = node.inputs[0]
+            if isinstance(source, SharedVariable) and isinstance(source.type, GpuArrayType):
+                replace[node.outputs[0]] = on_context(source, context)
+    return replace
+
+
+def rewrite(inputs, outputs, updates, mesh):
+    """(outputs, updates) of the batch-wise function for ``mesh``.
+
+    ``inputs`` are the function's inputs; ``updates`` a list of pairs.
+    """
+    update_values = [new for _, new in updates]
+    roots = list(outputs) + update_values
+    frontier = find_frontier(roots)
+    stand_ins = _stand_ins_in(roots)
+    if not frontier:
+        if stand_ins:
+            raise RuntimeError('K.gradients was called on a graph with no Keras '
+                               'layer output; batch-wise mode cannot split it')
+        return list(outputs), list(updates)
+
+    input_ids = set(id(v) for v in inputs)
+    batch_inputs = [v for v in gof.graph.inputs(frontier) if id(v) in input_ids and v.ndim >= 1]
+    if not batch_inputs:
+        return list(outputs), list(updates)
+    batch_size = batch_inputs[0].shape[0]
+    gathered = {}
+    per_replica = []
+    for context, bounds in zip(mesh.names, slice_bounds(batch_size, len(mesh.names))):
+        replace = _replica_replacements(frontier, inputs, context, bounds)
+        per_replica.append(theano.clone(frontier, replace=replace, strict=False))
+    for k, variable in enumerate(frontier):
+        pieces = [on_context(replica[k], mesh.master) for replica in per_replica]
+        gathered[variable] = tensor.concatenate(pieces, axis=0)
+
+    # The real gradients, of the loss computed from the gathered frontier.
+    by_loss = {}
+    for stand_in in stand_ins:
+        by_loss.setdefault(stand_in.tag.multigpu_gradient.loss, []).append(stand_in)
+    for loss, loss_stand_ins in by_loss.items():
+        rewritten_loss = theano.clone(loss, replace=gathered, strict=False)
+        params = [s.tag.multigpu_gradient.param for s in loss_stand_ins]
+        grads = theano.grad(rewritten_loss, params)
+        for stand_in, grad in zip(loss_stand_ins, grads):
+            gathered[stand_in] = tensor.as_tensor_variable(grad)
+
+    new_roots = theano.clone(roots, replace=gathered, strict=False)
+    new_outputs = new_roots[:len(outputs)]
+    new_updates = [(var, new) for (var, _), new in zip(updates, new_roots[len(outputs):])]
+    return new_outputs, new_updates

@@ -1,0 +1,95 @@
+"""The one transfer op the shim places work with: ``to_context(x, name)``.
+
+Theano's own transfers do not keep placement: canonicalisation rewrites
+``HostFromGpu(GpuToGpu(x))`` into ``x.transfer('cpu')`` and
+``HostFromGpu(GpuFromHost(x))`` into ``x``, after which every op runs on the
+context of its first GPU input (DESIGN.md, trap 5).  ``ToContext`` is an op
+of its own class, so no rule removes it, and the ops that read its output are
+lifted onto its context.  Its gradient is its mirror: a ``ToContext`` back to
+where the input lived (the host, or another context).
+"""
+import theano
+from theano import gof, tensor
+from theano.gpuarray.basic_ops import HostFromGpu, as_gpuarray_variable, host_from_gpu
+from theano.gpuarray.type import GpuArrayType, get_context
+
+__all__ = ['ToContext', 'to_context', 'on_context']
+
+
+class ToContext(gof.Op):
+    """Copy a host tensor or a GPU array of any context to context ``name``."""
+    __props__ = ('context_name',)
+    _f16_ok = True
+
+    def __init__(self, context_name):
+        self.context_name = context_name
+
+    def __str__(self):
+        return 'ToContext<%s>' % (self.context_name,)
+
+    def make_node(self, x):
+        if not isinstance(x.type, GpuArrayType):
+            x = tensor.as_tensor_variable(x)
+        out = GpuArrayType(dtype=x.dtype, broadcastable=x.broadcastable,
+                           context_name=self.context_name)()
+        return gof.Apply(self, [x], [out])
+
+    def perform(self, node, inputs, outputs):
+        x, = inputs
+        context = get_context(self.context_name)
+        if isinstance(node.inputs[0].type, GpuArrayType):
+            outputs[0][0] = x.transfer(context)
+        else:
+            import pygpu
+            outputs[0][0] = pygpu.gpuarray.array(x, context=context)
+
+    def grad(self, inputs, output_grads):
+        x, = inputs
+        gz, = output_grads
+        gz = as_gpuarray_variable(gz, self.context_name)
+        if isinstance(x.type, GpuArrayType):
+            return [ToContext(x.type.context_name)(gz)]
+        return [host_from_gpu(gz)]
+
+    def R_op(self, inputs, eval_points):
+        return [self(eval_points[0])]
+
+    def infer_shape(self, node, shapes):
+        return shapes
+
+
+def to_context(x, name):
+    """``x`` (host or GPU) as a GPU array on context ``name``."""
+    if isinstance(x.type, GpuArrayType) and x.type.context_name == name:
+        return x
+    if x.owner is not None and isinstance(x.owner.op, HostFromGpu):
+        x = x.owner.inputs[0]
+        if x.type.context_name == name:
+            return x
+    return ToContext(name)(x)
+
+
+def on_context(x, name):
+    """``x`` moved to context ``name``, as a host-typed tensor that the
+    optimizer computes with on that context."""
+    return host_from_gpu(to_context(x, name))
+
+
+@gof.local_optimizer([ToContext])
+def local_to_context_from_host_view(node):
+    """ToContext(HostFromGpu(g)) -> ToContext(g): copy device to device."""
+    if not isinstance(node.op, ToContext):
+        return False
+    x, = node.inputs
+    if x.owner is not None and isinstance(x.owner.op, HostFromGpu):
+        source = x.owner.inputs[0]
+        if source.type.context_name == node.op.context_name:
+            return [source]
+        return [ToContext(node.op.context_name)(source)]
+    return False
+
+
+theano.compile.optdb.register(
+    'multigpu_to_context_from_host_view',
+    gof.TopoOptimizer(local_to_context_from_host_view),
+    48.8, 'fast_run', 'fast_compile', 'multigpu')
