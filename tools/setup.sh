@@ -42,3 +42,11 @@ if [ ! -f "$pkg_stamp" ] || [ -n "$(find setup.py theano_multigpu.pth _theano_mu
   rm -rf build theano_multigpu.egg-info
   touch "$pkg_stamp"
 fi
+
+# Keras 1.0.1, the oldest release the shim supports, for tests/test_keras101.py
+# (used through PYTHONPATH; the venv keeps Keras 1.2.2).
+if [ ! -f .cache/keras-1.0.1/keras/__init__.py ]; then
+  echo "Installing keras==1.0.1 into .cache/keras-1.0.1"
+  rm -rf .cache/keras-1.0.1
+  .venv/bin/pip install -q --disable-pip-version-check --no-deps --target .cache/keras-1.0.1 keras==1.0.1
+fi

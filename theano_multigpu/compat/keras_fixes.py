@@ -20,18 +20,34 @@ def keras_config_path():
 
 def write_theano_keras_json(module=None):
     """A first Keras import writes keras.json with the TensorFlow backend and
-    'tf' dimension ordering; write the Theano defaults first instead."""
+    'tf' dimension ordering; write the Theano defaults first instead.
+
+    An existing file is left alone.  The file appears whole or not at all
+    (written aside, then linked), so processes started together (mpirun)
+    never read half of one.
+    """
     path = keras_config_path()
     if os.path.exists(path):
         return
     os.makedirs(os.path.dirname(path), exist_ok=True)
     config = {'floatx': 'float32', 'epsilon': 1e-07,
               'backend': 'theano', 'image_dim_ordering': 'th'}
-    with open(path, 'w') as f:
-        f.write(json.dumps(config, indent=4))
+    partial = '%s.%d.tmp' % (path, os.getpid())
+    with open(partial, 'w') as f:
+        f.write(json.dumps(config, indent=4) + '\n')
+    try:
+        os.link(partial, path)  # fails if another process was first
+    except FileExistsError:
+        pass
+    except OSError:  # a file system without hard links
+        os.replace(partial, path)
+        return
+    os.remove(partial)
 
 
 def yaml_loader_class():
+    """yaml.SafeLoader plus ``!!python/tuple``: no tag builds other Python
+    objects or runs code."""
     import yaml
 
     class YamlLoader(yaml.SafeLoader):
@@ -106,8 +122,12 @@ class _BytesAttrs(object):
 class _BytesGroup(object):
     """An h5py file or group as h5py 2 showed it to Keras 1.x."""
 
-    def __init__(self, group):
+    def __new__(cls, group):
+        if isinstance(group, _BytesGroup):
+            return group
+        self = object.__new__(cls)
         self._group = group
+        return self
 
     @property
     def attrs(self):
@@ -129,7 +149,11 @@ class _BytesGroup(object):
 
 
 def _with_h5py2_strings(func):
-    """Run ``func`` with files it opens reading strings as bytes."""
+    """Run ``func`` with files it opens reading strings as bytes.
+
+    ``h5py.File`` is replaced while ``func`` runs (Keras imports h5py inside
+    the function), so another thread opening a file then gets the proxy too.
+    """
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         import h5py
@@ -139,15 +163,28 @@ def _with_h5py2_strings(func):
     return wrapper
 
 
+def _with_h5py2_group(method):
+    """Run ``method(self, group)`` with ``group`` reading strings as bytes
+    (also for a group the caller opened with h5py)."""
+    @functools.wraps(method)
+    def wrapper(self, group, *args, **kwargs):
+        return method(self, _BytesGroup(group), *args, **kwargs)
+    return wrapper
+
+
 def _fix_models(models):
     models.model_from_yaml = _with_safe_yaml(models.model_from_yaml)
-    if hasattr(models, 'load_model'):
+    if hasattr(models, 'load_model'):  # not in Keras 1.0.1
         models.load_model = _with_h5py2_strings(models.load_model)
 
 
 def _fix_topology(topology):
     container = topology.Container
     container.load_weights = _with_h5py2_strings(container.load_weights)
+    for name in ('load_weights_from_hdf5_group',  # not in Keras 1.0.1
+                 'load_weights_from_hdf5_group_by_name'):
+        if name in vars(container):
+            setattr(container, name, _with_h5py2_group(vars(container)[name]))
 
 
 def install():

@@ -1,7 +1,8 @@
 """Theano 1.0.5 on Python 3.11 and numpy 1.23: BLAS flags, ifelse, scan,
 and a compile cache that survives the process."""
-import ctypes.util
 import hashlib
+import os
+import subprocess
 import sys
 
 from .. import importhook
@@ -9,18 +10,37 @@ from .. import importhook
 __all__ = ['install', 'default_blas_ldflags']
 
 
-def default_blas_ldflags():
-    """``-lopenblas`` when OpenBLAS is installed, else '' (numpy's BLAS)."""
-    return '-lopenblas' if ctypes.util.find_library('openblas') else ''
+def _linkable(library, cxx):
+    """True when ``cxx`` finds ``lib<library>.so`` to link ``-l<library>``
+    (the runtime library alone, without its -dev package, is not enough)."""
+    try:
+        found = subprocess.run([cxx, '-print-file-name=lib%s.so' % library],
+                               capture_output=True, text=True, timeout=60).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return os.path.isabs(found) and os.path.exists(found)
+
+
+def default_blas_ldflags(cxx='g++'):
+    """``-lopenblas`` when ``cxx`` can link OpenBLAS, else '' (Theano then
+    calls BLAS through numpy's C API, slower but working)."""
+    return '-lopenblas' if cxx and _linkable('openblas', cxx) else ''
 
 
 def _set_blas_ldflags(configparser):
     """numpy 1.23's distutils lost ``blas_opt_info``, which Theano reads to
-    find BLAS when blas.ldflags is unset; give it the flag instead."""
+    find BLAS when blas.ldflags is unset; give it the flag instead.  A
+    blas.ldflags from THEANO_FLAGS or .theanorc, even an empty one, wins."""
     try:
         configparser.fetch_val_for_key('blas.ldflags')
+        return
     except KeyError:
-        configparser.THEANO_FLAGS_DICT['blas.ldflags'] = default_blas_ldflags()
+        pass
+    try:
+        cxx = configparser.fetch_val_for_key('cxx')
+    except KeyError:
+        cxx = 'g++'
+    configparser.THEANO_FLAGS_DICT['blas.ldflags'] = default_blas_ldflags(cxx)
 
 
 def _import_ifelse(theano):

@@ -1,0 +1,391 @@
+"""The Python 3.11 fixes (theano_multigpu.compat), proved on real models.
+
+Every test runs twice, in a fresh Python each time: under the shim
+(KERAS_BACKEND=theano_multigpu) and with the fixes alone
+(THEANO_MULTIGPU_COMPAT=1 KERAS_BACKEND=theano), on the CPU.  The child
+prints one JSON line that the test checks.  Models share one small shape
+so that Theano's compile cache serves most tests.
+"""
+import json
+import os
+import subprocess
+import textwrap
+
+import pytest
+
+from conftest import run_python
+
+CONFIGS = {
+    'shim': dict(backend='theano_multigpu', extra_env={}),
+    'compat': dict(backend='theano', extra_env={'THEANO_MULTIGPU_COMPAT': '1'}),
+}
+
+# Helpers every child gets: report() prints the JSON line; digits() is
+# scikit-learn's 8x8 digits; mlp() is the model most tests use.
+PRELUDE = '''
+import json, os, sys
+import numpy as np
+
+def report(**values):
+    print(json.dumps(values))
+
+def digits(n=400):
+    from sklearn.datasets import load_digits
+    data = load_digits()
+    x = (data.data[:n] / 16.0).astype('float32')
+    y = np.eye(10, dtype='float32')[data.target[:n]]
+    return x, y
+
+def mlp(seed=0, names=('hidden', 'out')):
+    np.random.seed(seed)
+    from keras.models import Sequential
+    from keras.layers import Dense
+    return Sequential([Dense(32, input_dim=64, activation='relu', name=names[0]),
+                       Dense(10, activation='softmax', name=names[1])])
+
+def same_weights(a, b):
+    return all(np.array_equal(u, v) for u, v in zip(a.get_weights(), b.get_weights()))
+'''
+
+
+def run(home, config, code, extra_env=None, **kwargs):
+    """Run ``code`` (after PRELUDE) under ``config``; return its last JSON line."""
+    env = dict(CONFIGS[config]['extra_env'], **(extra_env or {}))
+    result = run_python(home, PRELUDE + textwrap.dedent(code),
+                        backend=CONFIGS[config]['backend'], extra_env=env, **kwargs)
+    lines = result.stdout.strip().splitlines()
+    assert lines, 'child printed nothing; stderr:\n' + result.stderr[-3000:]
+    return json.loads(lines[-1])
+
+
+@pytest.fixture(params=sorted(CONFIGS))
+def config(request):
+    """'compat' (the fixes alone) or 'shim' (KERAS_BACKEND=theano_multigpu)."""
+    return request.param
+
+
+def test_each_configuration_is_what_it_claims(home, config):
+    out = run(home, config, '''
+        import keras.backend as K
+        report(backend=K.backend(), entry=K.variable.__module__,
+               compat='theano_multigpu.compat' in sys.modules)
+    ''')
+    assert out['backend'] == 'theano'
+    assert out['compat'] is True
+    expected = 'theano_multigpu.keras_adapter' if config == 'shim' else 'keras.backend.theano_backend'
+    assert out['entry'] == expected
+
+
+# 1. BLAS flags ---------------------------------------------------------
+
+def _openblas_linkable():
+    try:
+        found = subprocess.run(['g++', '-print-file-name=libopenblas.so'],
+                               capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return False
+    return os.path.isabs(found)
+
+
+@pytest.mark.skipif(not _openblas_linkable(), reason='needs g++ and libopenblas-dev')
+def test_blas_ldflags_default_to_openblas_and_theano_links_it(home, config):
+    out = run(home, config, '''
+        import theano, theano.tensor as T
+        a, b = T.matrices('a', 'b')
+        f = theano.function([a, b], T.dot(a, b))
+        rng = np.random.RandomState(0)
+        x, y = rng.rand(50, 40).astype('float32'), rng.rand(40, 30).astype('float32')
+        error = float(np.abs(f(x, y) - x.dot(y)).max())
+        with open('/proc/self/maps') as maps:
+            libs = sorted({l.split()[-1] for l in maps if 'libopenblas' in l})
+        report(ldflags=theano.config.blas.ldflags, error=error, libs=libs,
+               ops=[type(n.op).__name__ for n in f.maker.fgraph.toposort()])
+    ''')
+    assert out['ldflags'] == '-lopenblas'
+    assert out['ops'] == ['Dot22']
+    assert out['error'] < 1e-4
+    # Theano's compiled module loaded the system OpenBLAS, not only numpy's own copy.
+    assert [lib for lib in out['libs'] if 'numpy' not in lib], out['libs']
+
+
+@pytest.mark.parametrize('source,value', [('flag', '-lblas'), ('theanorc', '-lblas'),
+                                          ('flag', '')])
+def test_users_own_blas_ldflags_win(home, config, source, value):
+    flags = ''
+    if source == 'flag':
+        flags = 'blas.ldflags=' + value
+    else:
+        (home / '.theanorc').write_text('[blas]\nldflags = %s\n' % value)
+    out = run(home, config, '''
+        import theano
+        report(ldflags=theano.config.blas.ldflags)
+    ''', flags=flags)
+    assert out['ldflags'] == value
+
+
+# 2. Names Python 3.10/3.11 removed; theano.ifelse ----------------------
+
+def test_removed_names_work_in_a_keras_model(home, config):
+    out = run(home, config, '''
+        import collections, collections.abc, inspect
+        import theano
+        ifelse_after_import_theano = callable(getattr(getattr(theano, 'ifelse', None), 'ifelse', None))
+        missing = [n for n in collections.abc.__all__
+                   if getattr(collections, n, None) is not getattr(collections.abc, n)]
+        def sample(a, b=2, *rest, **options):
+            pass
+        spec = inspect.getargspec(sample)
+
+        from keras.models import Sequential
+        from keras.layers import Dense, Dropout, Lambda
+        from keras.callbacks import CSVLogger   # imports collections.Iterable
+        x, y = digits()
+        np.random.seed(0)
+        model = Sequential([Dense(32, input_dim=64, activation='relu'),
+                            Dropout(0.5),         # K.in_train_phase: theano.ifelse
+                            Lambda(lambda t, scale: t * scale, arguments={'scale': 3.0}),
+                            Dense(10, activation='softmax')])  # Lambda: inspect.getargspec
+        model.compile('adam', 'categorical_crossentropy')
+        model.fit(x, y, nb_epoch=2, batch_size=50, verbose=0,
+                  callbacks=[CSVLogger('log.csv')])
+        W1, b1, W2, b2 = model.get_weights()
+        logits = np.maximum(x.dot(W1) + b1, 0) * 3.0
+        logits = logits.dot(W2) + b2
+        expected = np.exp(logits - logits.max(1, keepdims=True))
+        expected /= expected.sum(1, keepdims=True)
+        error = float(np.abs(model.predict(x, verbose=0) - expected).max())
+        report(ifelse=ifelse_after_import_theano, missing=missing, spec=list(spec),
+               spec_names=list(spec._fields), error=error,
+               log_lines=len(open('log.csv').read().strip().splitlines()))
+    ''')
+    assert out['ifelse'] is True
+    assert out['missing'] == []
+    assert out['spec'] == [['a', 'b'], 'rest', 'options', [2]]
+    assert out['spec_names'] == ['args', 'varargs', 'keywords', 'defaults']
+    assert out['error'] < 1e-5   # Dropout is off at test time; Lambda scaled by 3
+    assert out['log_lines'] == 3  # header and two epochs
+
+
+# 3. Recurrent layers (Scan) --------------------------------------------
+
+def test_recurrent_layers_train_with_scans_python_loop(home, config):
+    out = run(home, config, '''
+        from keras.models import Sequential
+        from keras.layers import SimpleRNN, GRU, LSTM, Dense
+        from keras.optimizers import Adam
+        rng = np.random.RandomState(0)
+        x = rng.rand(64, 5, 3).astype('float32')
+        y = 2 * x[:, :, :1].sum(axis=1) - 5         # a sum over time
+        losses, error = {}, None
+        for layer in (SimpleRNN, GRU, LSTM):
+            np.random.seed(1)
+            model = Sequential([layer(8, input_shape=(5, 3)), Dense(1)])
+            model.compile(Adam(lr=0.02), 'mse')
+            history = model.fit(x, y, nb_epoch=6, batch_size=16, verbose=0)
+            losses[layer.__name__] = history.history['loss']
+            if layer is SimpleRNN:
+                W, U, b, V, c = model.get_weights()
+                h = np.zeros((64, 8), 'float32')
+                for t in range(5):
+                    h = np.tanh(x[:, t].dot(W) + h.dot(U) + b)
+                error = float(np.abs(model.predict(x) - (h.dot(V) + c)).max())
+        report(losses=losses, rnn_error=error,
+               scan_ext=repr(sys.modules.get('theano.scan_module.scan_perform_ext', 'absent')))
+    ''')
+    assert out['scan_ext'] == 'None'   # Scan.execute, Theano's Python loop, ran
+    assert out['rnn_error'] < 1e-5     # and computed what numpy computes
+    for name, losses in out['losses'].items():
+        assert losses[-1] < 0.75 * losses[0], (name, losses)  # measured: 0.41 to 0.51
+
+
+# 4. h5py 3: weights and models round trip, old files load ---------------
+
+def test_save_weights_load_weights_round_trip(home, config):
+    out = run(home, config, '''
+        import h5py
+        x, y = digits()
+        model = mlp(seed=0)
+        model.save_weights('w.h5')
+        fresh = mlp(seed=1)
+        differed = not same_weights(model, fresh)
+        fresh.load_weights('w.h5')
+        # by name: the layers are found by name, an unknown layer keeps its weights
+        from keras.models import Sequential
+        from keras.layers import Dense
+        np.random.seed(2)
+        extra = Dense(64, input_dim=64, name='extra')
+        renamed = Sequential([extra,
+                              Dense(32, activation='relu', name='hidden'),
+                              Dense(10, activation='softmax', name='out')])
+        extra_before = extra.get_weights()
+        renamed.load_weights('w.h5', by_name=True)
+        with h5py.File('w.h5', 'r') as f:
+            stored = type(f.attrs['layer_names'][0]).__name__
+        report(differed=differed, same=same_weights(model, fresh),
+               by_name=all(np.array_equal(a, b) for a, b in
+                           zip(model.get_weights(), renamed.get_weights()[2:])),
+               extra_kept=all(np.array_equal(a, b) for a, b in
+                              zip(extra_before, extra.get_weights())),
+               stored=stored, file_class=h5py.File.__name__)
+    ''')
+    assert out['differed'] is True
+    assert out['same'] is True
+    assert out['by_name'] is True
+    assert out['extra_kept'] is True
+    assert out['stored'] == 'str'          # h5py 3 reads what Keras wrote as str ...
+    assert out['file_class'] == 'File'     # ... and h5py.File is itself again
+
+
+def test_model_save_load_model_round_trip(home, config):
+    out = run(home, config, '''
+        import keras.models
+        x, y = digits()
+        model = mlp()
+        model.compile('adam', 'categorical_crossentropy', metrics=['accuracy'])
+        model.fit(x, y, nb_epoch=1, batch_size=50, verbose=0)
+        model.save('m.h5')
+        loaded = keras.models.load_model('m.h5')
+        same_prediction = bool(np.array_equal(model.predict(x), loaded.predict(x)))
+        optimizer_state = all(np.array_equal(a, b) for a, b in
+                              zip(model.optimizer.get_weights(), loaded.optimizer.get_weights()))
+        model.train_on_batch(x[:50], y[:50])
+        loaded.train_on_batch(x[:50], y[:50])
+        report(same_prediction=same_prediction, optimizer_state=optimizer_state,
+               n_optimizer_weights=len(loaded.optimizer.get_weights()),
+               after_a_step=same_weights(model, loaded))
+    ''')
+    assert out['same_prediction'] is True
+    assert out['n_optimizer_weights'] > 0
+    assert out['optimizer_state'] is True
+    assert out['after_a_step'] is True    # Adam's moments came back too
+
+
+def test_files_written_under_h5py2_load(home, config):
+    """Keras 1.x under h5py 2 wrote fixed-length bytes attributes."""
+    out = run(home, config, '''
+        import h5py, keras.models
+        rng = np.random.RandomState(3)
+        values = {'hidden': [rng.rand(64, 32), rng.rand(32)],
+                  'out': [rng.rand(32, 10), rng.rand(10)]}
+        with h5py.File('old_weights.h5', 'w') as f:
+            f.attrs['layer_names'] = np.array([b'hidden', b'out'], dtype='S6')
+            f.attrs['keras_version'] = np.bytes_(b'1.2.2')
+            f.attrs['backend'] = np.bytes_(b'theano')
+            for layer, arrays in values.items():
+                names = [('%s_W' % layer).encode(), ('%s_b' % layer).encode()]
+                g = f.create_group(layer)
+                g.attrs['weight_names'] = np.array(names, dtype='S8')
+                for name, value in zip(names, arrays):
+                    g[name] = value.astype('float32')
+        expected = values['hidden'] + values['out']
+        def loaded(model):
+            return all(np.allclose(a, b) for a, b in zip(model.get_weights(), expected))
+        model = mlp()
+        model.load_weights('old_weights.h5')
+        by_name = mlp(seed=1)
+        by_name.load_weights('old_weights.h5', by_name=True)
+
+        # A whole model file, every string attribute rewritten as h5py 2 wrote it.
+        model.compile('sgd', 'categorical_crossentropy')
+        model.save('new_model.h5')
+        with h5py.File('new_model.h5', 'r+') as f:
+            def to_fixed_bytes(name, item):
+                for key, value in list(item.attrs.items()):
+                    if isinstance(value, str):
+                        item.attrs[key] = np.bytes_(value.encode())
+                    elif isinstance(value, np.ndarray) and value.dtype == object:
+                        item.attrs[key] = np.array([v.encode() for v in value])
+            to_fixed_bytes('/', f)
+            f.visititems(to_fixed_bytes)
+            still_str = []
+            f.visititems(lambda n, i: still_str.extend(
+                k for k, v in i.attrs.items() if isinstance(v, str)))
+        old_model = keras.models.load_model('new_model.h5')
+        x, _ = digits()
+        report(weights=loaded(model), by_name=loaded(by_name), still_str=still_str,
+               model=bool(np.array_equal(old_model.predict(x), model.predict(x))))
+    ''')
+    assert out['weights'] is True
+    assert out['by_name'] is True
+    assert out['still_str'] == []
+    assert out['model'] is True
+
+
+# 5. PyYAML 6 -----------------------------------------------------------
+
+def test_to_yaml_model_from_yaml_round_trip(home, config):
+    out = run(home, config, '''
+        import yaml
+        from keras.models import Sequential, model_from_yaml
+        from keras.layers import Dense, Lambda
+        original_load = yaml.load
+        np.random.seed(0)
+        model = Sequential([Dense(32, input_dim=64, activation='relu', name='hidden'),
+                            Lambda(lambda t: t * 2.0, output_shape=(32,)),
+                            Dense(10, activation='softmax', name='out')])
+        text = model.to_yaml()
+        rebuilt = model_from_yaml(text)
+        rebuilt.set_weights(model.get_weights())
+        x, _ = digits()
+        report(tuples='!!python/tuple' in text,
+               same_layers=[(type(l).__name__, l.name, l.output_shape) for l in rebuilt.layers]
+                           == [(type(l).__name__, l.name, l.output_shape) for l in model.layers],
+               same_prediction=bool(np.allclose(model.predict(x), rebuilt.predict(x))),
+               yaml_load_restored=yaml.load is original_load)
+    ''')
+    assert out['tuples'] is True           # the tags a safe loader alone refuses
+    assert out['same_layers'] is True
+    assert out['same_prediction'] is True  # the Lambda's function came back
+    assert out['yaml_load_restored'] is True
+
+
+def test_model_from_yaml_refuses_python_objects(home, config):
+    marker = home / 'ran'
+    out = run(home, config, '''
+        import yaml
+        from keras.models import model_from_yaml
+        documents = [
+            '!!python/object/apply:os.system ["touch %(marker)s"]',
+            'config: !!python/object/apply:subprocess.call [["touch", "%(marker)s"]]',
+            'class_name: !!python/name:os.system',
+            '!!python/object/new:os.system ["touch %(marker)s"]',
+        ]
+        errors = []
+        for document in documents:
+            try:
+                model_from_yaml(document)
+                errors.append(None)
+            except yaml.YAMLError as e:
+                errors.append(type(e).__name__)
+        report(errors=errors)
+    ''' % {'marker': marker})
+    assert out['errors'] == ['ConstructorError'] * 4
+    assert not marker.exists()
+
+
+# 6. keras.json in a fresh HOME -----------------------------------------
+
+def test_first_keras_import_writes_theano_keras_json(home, config):
+    out = run(home, config, '''
+        import keras.backend as K
+        report(ordering=K.image_dim_ordering(), epsilon=K.epsilon())
+    ''')
+    written = json.loads((home / '.keras' / 'keras.json').read_text())
+    assert written['backend'] == 'theano'
+    assert written['image_dim_ordering'] == 'th'
+    assert out['ordering'] == 'th'
+    assert [p.name for p in (home / '.keras').iterdir()] == ['keras.json']  # no temp file left
+
+
+def test_existing_keras_json_is_left_alone(home, config):
+    path = home / '.keras' / 'keras.json'
+    path.parent.mkdir()
+    mine = json.dumps({'floatx': 'float32', 'epsilon': 1e-05, 'backend': 'theano',
+                       'image_dim_ordering': 'tf'})
+    path.write_text(mine)
+    out = run(home, config, '''
+        import keras.backend as K
+        report(ordering=K.image_dim_ordering(), epsilon=K.epsilon())
+    ''')
+    assert path.read_text() == mine
+    assert out == {'ordering': 'tf', 'epsilon': 1e-05}
