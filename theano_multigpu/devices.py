@@ -8,6 +8,7 @@ others a context each, so one GPU or one pocl device can host several.
 import sys
 
 from .errors import ConfigurationError
+from .settings import format_contexts
 
 __all__ = ['have_pygpu', 'available_devices', 'check_before_theano',
            'register_missing_names', 'set_default_context', 'context_memory',
@@ -60,30 +61,62 @@ def _warn_no_pygpu():
         _warned_no_pygpu = True
 
 
+def _drop_contexts_flag(configparser):
+    configparser.THEANO_FLAGS_DICT.pop('contexts', None)
+    for cfg in (configparser.theano_cfg, configparser.theano_raw_cfg):
+        if cfg.has_section('global'):
+            cfg.remove_option('global', 'contexts')
+
+
+def _device_flags(configparser):
+    """[(flag, value)] for device/init_gpu_device flags that name a GPU."""
+    named = []
+    for flag in ('device', 'init_gpu_device'):
+        try:
+            value = configparser.fetch_val_for_key(flag).strip()
+        except KeyError:
+            continue
+        if value.startswith(('cuda', 'opencl')):
+            named.append((flag, value))
+    return named
+
+
 def check_before_theano(pairs, configparser):
-    """Stop early, with the devices found, when the contexts cannot work."""
+    """Stop early, with the devices found, when the contexts or the device
+    flag cannot work.  Returns the contexts kept: without pygpu, a single
+    context is dropped (plain Theano on the CPU, with one warning)."""
+    gpu_flags = _device_flags(configparser)
     if not have_pygpu():
         if len(pairs) > 1:
             raise ConfigurationError(
                 'THEANO_FLAGS contexts=%r asks for %d contexts, which needs pygpu '
                 '(libgpuarray), but it is not installed; %s'
-                % (';'.join('%s->%s' % p for p in pairs), len(pairs), PYGPU_INSTALL))
-        _warn_no_pygpu()
-        configparser.THEANO_FLAGS_DICT.pop('contexts', None)
-        for cfg in (configparser.theano_cfg, configparser.theano_raw_cfg):
-            if cfg.has_section('global'):
-                cfg.remove_option('global', 'contexts')
-        return
-    if not pairs:
-        return
+                % (format_contexts(pairs), len(pairs), PYGPU_INSTALL))
+        for flag, value in gpu_flags:
+            raise ConfigurationError(
+                'THEANO_FLAGS %s=%s asks for a GPU, which needs pygpu '
+                '(libgpuarray), but it is not installed; %s, or use %s=cpu'
+                % (flag, value, PYGPU_INSTALL, flag))
+        if pairs:
+            _warn_no_pygpu()
+            _drop_contexts_flag(configparser)
+        return []
+    if not pairs and not gpu_flags:
+        return pairs
     found = available_devices()
     for name, device in pairs:
         if not _device_exists(device, found):
             raise ConfigurationError(
                 'THEANO_FLAGS contexts maps %r to device %r, which does not exist '
                 'here; devices found: %s. Fix contexts=%r'
-                % (name, device, ', '.join(found) or 'none',
-                   ';'.join('%s->%s' % p for p in pairs)))
+                % (name, device, ', '.join(found) or 'none', format_contexts(pairs)))
+    for flag, value in gpu_flags:
+        if not _device_exists(value, found):
+            raise ConfigurationError(
+                'THEANO_FLAGS %s=%s names a device that does not exist here; '
+                'devices found: %s. Use one of them, or %s=cpu'
+                % (flag, value, ', '.join(found) or 'none', flag))
+    return pairs
 
 
 def register_missing_names(gpuarray, pairs):

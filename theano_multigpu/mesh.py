@@ -27,31 +27,48 @@ class Mesh(object):
         return 'Mesh(names=%r, master=%r, mode=%r)' % (self.names, self.master, self.mode)
 
 
+def _defined(contexts, count, what):
+    """'THEANO_FLAGS contexts='dev0->cuda0' defines 1 (what)' or '... is unset'."""
+    if not contexts.strip():
+        return 'THEANO_FLAGS contexts is unset'
+    return 'THEANO_FLAGS contexts=%r defines %s' % (contexts, what % count)
+
+
 def from_flags(contexts, mode='auto', participants='', master=''):
-    """Build and validate a Mesh from the flag values (strings)."""
+    """Build and validate a Mesh from the flag values (strings): contexts,
+    multigpu.mode, multigpu.contexts and multigpu.master."""
     pairs = parse_contexts_flag(contexts)
     defined = [n for n, _ in pairs]
     names = parse_name_list(participants) or defined
     for name in names:
         if name not in defined:
             raise ConfigurationError(
-                'multigpu.contexts names %r, which THEANO_FLAGS contexts=%r does '
-                'not define; use names from %s' % (name, contexts, defined or 'it'))
+                'multigpu.contexts expects names that the contexts flag defines, '
+                'but received %r, and %s; use names from it, or set contexts, '
+                "e.g. 'dev0->cuda0;dev1->cuda1'"
+                % (name, _defined(contexts, ', '.join(defined), '%s')))
     if len(set(names)) != len(names):
         raise ConfigurationError(
-            'multigpu.contexts names a context twice: received %r' % participants)
+            'multigpu.contexts expects each name once, but received %r; remove '
+            'the repeated name' % participants)
     master = master.strip() or (names[0] if names else None)
     if master is not None and master not in names:
         raise ConfigurationError(
-            'multigpu.master=%r must be one of the contexts taking part, %s; '
-            'fix multigpu.master or multigpu.contexts' % (master, names))
+            'multigpu.master expects one of the contexts taking part (%s), but '
+            'received %r; fix multigpu.master or multigpu.contexts'
+            % (', '.join(names) or 'none: the contexts flag is unset', master))
     if mode == 'auto':
         mode = 'batch' if len(names) >= 2 else 'single'
-    elif len(names) < 2:
+    elif mode not in ('batch', 'layer'):
         raise ConfigurationError(
-            "multigpu.mode=%s needs at least 2 contexts, but THEANO_FLAGS "
-            "contexts=%r defines %d taking part; add one, e.g. 'dev1->cuda1'"
-            % (mode, contexts, len(names)))
+            "multigpu.mode expects one of auto/batch/layer, but received %r; "
+            "e.g. THEANO_FLAGS='multigpu.mode=batch'" % mode)
+    elif len(names) < 2:
+        kind = 'batch-wise' if mode == 'batch' else 'layer-wise'
+        raise ConfigurationError(
+            "multigpu.mode=%s (%s) needs at least 2 contexts, but %s; add "
+            "one, e.g. contexts='dev0->cuda0;dev1->cuda1'"
+            % (mode, kind, _defined(contexts, len(names), '%d taking part')))
     return Mesh(names, dict(pairs), master, mode)
 
 

@@ -12,7 +12,7 @@ import sys
 
 from .errors import ConfigurationError
 
-__all__ = ['MODES', 'parse_contexts_flag', 'parse_name_list',
+__all__ = ['MODES', 'parse_contexts_flag', 'format_contexts', 'parse_name_list',
            'translate_legacy_value', 'on_theano_configparser']
 
 MODES = ('auto', 'batch', 'layer')
@@ -21,10 +21,17 @@ _DEVICE_RE = re.compile(r'^(cuda\d*|opencl\d+:\d+)$')
 _NAME_RE = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*$')
 
 
+def _reserved_name(name):
+    """Names Theano refuses as context names (they read as devices)."""
+    return name == 'cpu' or name.startswith(('cuda', 'opencl'))
+
+
 def parse_contexts_flag(value):
     """``'dev0->cuda0;dev1->cuda1'`` -> ``[('dev0', 'cuda0'), ('dev1', 'cuda1')]``.
 
-    Raises ConfigurationError for a malformed entry or a name used twice.
+    Spaces around names and devices and empty entries are allowed.  Raises
+    ConfigurationError for a malformed entry, a bad name or device, or a
+    name used twice.
     """
     pairs = []
     for entry in value.split(';'):
@@ -43,6 +50,11 @@ def parse_contexts_flag(value):
                 "THEANO_FLAGS contexts expects a context name made of letters, "
                 "digits and '_' (e.g. 'dev0'), but received %r in contexts=%r"
                 % (name, value))
+        if _reserved_name(name):
+            raise ConfigurationError(
+                "THEANO_FLAGS contexts expects context names that do not read "
+                "as devices (not 'cpu', 'cuda*' or 'opencl*'), but received %r "
+                "in contexts=%r; use e.g. 'dev0->%s'" % (name, value, device))
         if not _DEVICE_RE.match(device):
             raise ConfigurationError(
                 "THEANO_FLAGS contexts expects a device 'cudaN' or 'openclP:D', "
@@ -55,6 +67,11 @@ def parse_contexts_flag(value):
                 % (name, value, name, device))
         pairs.append((name, device))
     return pairs
+
+
+def format_contexts(pairs):
+    """The inverse of parse_contexts_flag: ``'dev0->cuda0;dev1->cuda1'``."""
+    return ';'.join('%s->%s' % pair for pair in pairs)
 
 
 def parse_name_list(value):
@@ -97,46 +114,87 @@ def _register_settings(configparser):
         Param('', filter=_filter_names('multigpu.master')), in_c_key=False)
 
 
-# The old CUDA backend's flags, which Theano 1.0 removed: flag -> translation.
+# The old CUDA backend's flags, which Theano 1.0 removed.
+LEGACY_FLAGS = ('device', 'init_gpu_device', 'lib.cnmem')
+
+
 def translate_legacy_value(flag, value):
-    """(new flag, new value) for an old CUDA backend flag, or None."""
+    """(new flag, new value) for an old CUDA backend flag, or None.
+
+    ``device=gpu`` / ``gpuN`` -> ``cuda`` / ``cudaN`` (also init_gpu_device);
+    ``lib.cnmem=X`` -> ``gpuarray.preallocate=X`` (both: 0 off, up to 1 a
+    fraction of the GPU's memory, above 1 MiB).
+    """
+    value = value.strip()
     if flag in ('device', 'init_gpu_device'):
-        match = re.match(r'^gpu(\d*)$', value.strip())
+        match = re.match(r'^gpu(\d*)$', value)
         if match:
             return flag, 'cuda' + match.group(1)
+        return None
     if flag == 'lib.cnmem':
-        return 'gpuarray.preallocate', value.strip()
+        try:
+            float(value)
+        except ValueError:
+            raise ConfigurationError(
+                "lib.cnmem (the old CUDA backend's, read as gpuarray.preallocate) "
+                "expects a number, e.g. lib.cnmem=0.8, but received %r; write "
+                "gpuarray.preallocate=0.8 instead" % value)
+        return 'gpuarray.preallocate', value
     return None
 
 
+def _split_flag(flag):
+    return flag.rsplit('.', 1) if '.' in flag else ('global', flag)
+
+
+def _legacy_value(configparser, flag):
+    """(value, where it was given) of ``flag``, or (None, None)."""
+    if flag in configparser.THEANO_FLAGS_DICT:
+        return configparser.THEANO_FLAGS_DICT[flag], 'THEANO_FLAGS'
+    section, option = _split_flag(flag)
+    try:
+        return configparser.theano_raw_cfg.get(section, option), '.theanorc [%s]' % section
+    except Exception:  # no such section or option
+        return None, None
+
+
+def _is_set(configparser, flag):
+    try:
+        configparser.fetch_val_for_key(flag)
+    except KeyError:
+        return False
+    return True
+
+
 def _translate_legacy_flags(configparser):
-    flags = configparser.THEANO_FLAGS_DICT
-    for flag in ('device', 'init_gpu_device', 'lib.cnmem'):
-        source = 'THEANO_FLAGS'
-        if flag in flags:
-            value = flags[flag]
-        else:
-            section, option = flag.rsplit('.', 1) if '.' in flag else ('global', flag)
-            try:
-                value = configparser.theano_raw_cfg.get(section, option)
-            except Exception:
-                continue
-            source = '.theanorc [%s]' % section
+    """Rewrite the old CUDA flags in place, with a one-line notice each.
+    A new flag set explicitly wins over the old one it replaces."""
+    for flag in LEGACY_FLAGS:
+        value, source = _legacy_value(configparser, flag)
+        if value is None:
+            continue
         translated = translate_legacy_value(flag, value)
         if translated is None:
             continue
         new_flag, new_value = translated
-        flags.pop(flag, None)
-        flags[new_flag] = new_value
+        keep_new = new_flag != flag and _is_set(configparser, new_flag)
+        configparser.THEANO_FLAGS_DICT.pop(flag, None)
         _remove_from_theanorc(configparser, flag)
+        if keep_new:
+            sys.stderr.write(
+                "theano_multigpu: %s %s=%s is the old CUDA backend's flag, removed "
+                "in Theano 1.0; ignoring it, as %s is set too\n"
+                % (source, flag, value, new_flag))
+            continue
+        configparser.THEANO_FLAGS_DICT[new_flag] = new_value
         sys.stderr.write(
-            'theano_multigpu: %s %s=%s is the old CUDA backend\'s, removed in '
-            'Theano 1.0; using %s=%s (write that instead)\n'
+            "theano_multigpu: %s %s=%s is the old CUDA backend's flag, removed in "
+            "Theano 1.0; using %s=%s instead (write that to silence this notice)\n"
             % (source, flag, value, new_flag, new_value))
 
 
 def _remove_from_theanorc(configparser, flag):
-    section, option = flag.rsplit('.', 1) if '.' in flag else ('global', flag)
+    section, option = _split_flag(flag)
     for cfg in (configparser.theano_cfg, configparser.theano_raw_cfg):
         if cfg.has_section(section):
             cfg.remove_option(section, option)
@@ -150,10 +208,25 @@ def contexts_flag_value(configparser):
         return ''
 
 
+def _settings_of(configparser):
+    multigpu = configparser.config.multigpu
+    return multigpu.mode, multigpu.contexts, multigpu.master
+
+
 def on_theano_configparser(configparser):
-    """Called once theano.configparser has executed, inside ``import theano``."""
+    """Called once theano.configparser has executed, inside ``import theano``.
+
+    Translates old CUDA flags, registers the multigpu.* settings, checks the
+    contexts flag, the settings and the devices (raising ConfigurationError
+    before Theano tries them), and writes the contexts flag back in the form
+    Theano parses (no spaces, no empty entries).
+    """
+    from . import devices, mesh
     _translate_legacy_flags(configparser)
     _register_settings(configparser)
-    from . import devices
-    devices.check_before_theano(parse_contexts_flag(contexts_flag_value(configparser)),
-                                configparser)
+    raw = contexts_flag_value(configparser)
+    pairs = parse_contexts_flag(raw)
+    if raw != format_contexts(pairs):
+        configparser.THEANO_FLAGS_DICT['contexts'] = format_contexts(pairs)
+    pairs = devices.check_before_theano(pairs, configparser)
+    mesh.from_flags(format_contexts(pairs), *_settings_of(configparser))
