@@ -11,18 +11,30 @@ import sys
 __all__ = ['main']
 
 
-def _run(args):
-    """Run ``args.script`` as ``__main__`` with the shim on (children too)."""
+def _activate():
+    """The shim, also where THEANO_MULTIGPU_COMPAT=1 kept the import from
+    turning it on; KERAS_BACKEND is set for child processes too."""
     os.environ['KERAS_BACKEND'] = 'theano_multigpu'
-    import theano_multigpu
-    theano_multigpu.activate()
+    from . import activation
+    activation.activate()
+
+
+def _run(args):
+    """Run ``args.script`` as ``__main__`` with the shim on (children too),
+    as ``python script.py args`` would: same argv and sys.path[0]."""
+    if not os.path.isfile(args.script):
+        print('python -m theano_multigpu run: expected a Python script, but '
+              'received %r, which is not a file' % args.script, file=sys.stderr)
+        return 2
+    _activate()
     sys.argv = [args.script] + args.args
-    sys.path.insert(0, os.path.dirname(os.path.abspath(args.script)))
+    sys.path[0] = os.path.dirname(os.path.abspath(args.script))
     runpy.run_path(args.script, run_name='__main__')
     return 0
 
 
 def _info(args):
+    _activate()
     from . import info
     return info.main()
 

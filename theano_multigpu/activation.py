@@ -7,8 +7,9 @@ Keras 1.x accepts only KERAS_BACKEND=theano or tensorflow.  While
 shim's entries replace Keras's (``keras_adapter.install``).
 """
 import os
+import sys
 
-from . import compat, importhook, settings
+from . import importhook, settings
 
 __all__ = ['activate', 'compat_only_requested', 'BACKEND_NAME']
 
@@ -42,12 +43,30 @@ def _register_contexts(gpuarray):
         devices.set_default_context(master)
 
 
+def _check_not_too_late():
+    """Theano reads its flags at import and Keras picks its backend at
+    import: both must come after the shim."""
+    for name in ('keras', 'theano'):
+        if name in sys.modules:
+            raise RuntimeError(
+                'theano_multigpu must be imported before Keras and Theano, but '
+                '%r is already imported; put `import theano_multigpu` before '
+                '`import %s`, or leave the script alone and run it with '
+                'KERAS_BACKEND=theano_multigpu in the environment (or '
+                '`python -m theano_multigpu run script.py`)' % (name, name))
+
+
 def activate():
-    """Make the next ``import keras`` use the shim; idempotent."""
+    """Make the next ``import keras`` use the shim; idempotent.
+
+    Raises RuntimeError when Keras or Theano is already imported.
+    """
     global _active
     if _active:
         return
+    _check_not_too_late()
     os.environ['KERAS_BACKEND'] = BACKEND_NAME
+    from . import compat  # installs the Python 3.11 fixes
     compat.install()
     importhook.after_import('theano.configparser', settings.on_theano_configparser)
     importhook.after_import('theano.gpuarray', _register_contexts)

@@ -5,7 +5,6 @@ Exits non-zero, with the reason, when the configuration cannot work.
 import platform
 import sys
 
-from .errors import ConfigurationError
 
 __all__ = ['main', 'collect']
 
@@ -30,6 +29,7 @@ def collect():
         'keras': _keras_version(),
         'pygpu': _version('pygpu'),
         'libgpuarray api': _gpuarray_api(),
+        'devices found': ', '.join(_devices_found()) or 'none',
     }
     mesh = mesh_module.current()
     contexts = []
@@ -53,6 +53,11 @@ def collect():
     return {'versions': facts, 'contexts': contexts, 'settings': settings}
 
 
+def _devices_found():
+    from . import devices
+    return devices.available_devices() if devices.have_pygpu() else []
+
+
 def _keras_version():
     try:
         from importlib.metadata import version
@@ -73,10 +78,20 @@ def _mib(n):
     return '%.0f MiB' % (n / 2.0 ** 20)
 
 
+def _no_contexts_line(device):
+    from . import devices
+    if not devices.have_pygpu():
+        return ('(none: pygpu is not installed, so this is plain Theano on '
+                'device=%s; for contexts: %s)' % (device, devices.PYGPU_INSTALL))
+    return '(none: THEANO_FLAGS contexts is unset; Theano device=%s)' % device
+
+
 def main():
+    """Print the report; 0, or 2 with the reason when the configuration
+    (flags, .theanorc, devices) cannot work."""
     try:
         facts = collect()
-    except ConfigurationError as error:
+    except ValueError as error:  # ConfigurationError, or Theano's own flag checks
         print('theano_multigpu: configuration cannot work: %s' % error, file=sys.stderr)
         return 2
     print('theano_multigpu')
@@ -85,8 +100,7 @@ def main():
         print('  %-16s %s' % (key, value))
     print('contexts:')
     if not facts['contexts']:
-        print('  (none: THEANO_FLAGS contexts is unset; Theano device=%s)'
-              % facts['settings']['device'])
+        print('  ' + _no_contexts_line(facts['settings']['device']))
     for c in facts['contexts']:
         print('  %-8s %-12s %-7s total %-10s free %-10s%s'
               % (c['name'], c['device'], c['kind'], _mib(c['total_bytes']),
