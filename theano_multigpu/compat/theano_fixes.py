@@ -1,9 +1,13 @@
 """Theano 1.0.5 on Python 3.11 and numpy 1.23: BLAS flags, ifelse, scan,
 and a compile cache that survives the process."""
 import hashlib
+import inspect
 import os
+import re
 import subprocess
 import sys
+import textwrap
+import warnings
 
 from .. import importhook
 
@@ -65,10 +69,81 @@ def _fix_cop_cache_version(op_module):
     op_module.COp.c_code_cache_version = _stable_cop_cache_version
 
 
+def _device_address(array):
+    """Where a GpuArray's data starts, on any kind of context (pygpu's
+    ``gpudata`` answers for CUDA arrays only)."""
+    return (array.base_data, array.offset)
+
+
+def _rotate_left(buffer, shift, buffer_type):
+    """``buffer[:] = roll(buffer, -shift, axis=0)`` through a temporary, so no
+    copy reads and writes overlapping parts of one buffer (OpenCL refuses
+    those: "Memory copy overlap")."""
+    length = buffer.shape[0]
+    rotated = buffer_type.value_zeros(buffer.shape)
+    rotated[:length - shift] = buffer[shift:]
+    rotated[length - shift:] = buffer[:shift]
+    buffer[:] = rotated
+
+
+# Edits of Theano 1.0.5's Scan.execute: (pattern, replacement, matches).
+_SCAN_EDITS = [
+    # pygpu's gpudata raises "This is for CUDA arrays." on OpenCL.
+    (r'\b(\w+)\.gpudata\b', r'_theano_multigpu_device_address(\1)', 5),
+    # The ring-buffer reordering copies between overlapping halves when the
+    # buffer length is odd.
+    (r'( *)pdx = pos\[idx\]\n.*?del tmp\n.*?del tmp\n',
+     r'\1_theano_multigpu_rotate_left(outs[idx][0], pos[idx], '
+     r'node.outputs[idx].type)\n', 1),
+]
+
+
+def _fix_scan_on_opencl(scan_op_module):
+    """Scan's Python loop (the one Python 3.11 runs) fails on OpenCL
+    contexts, so every recurrent layer did; recompile ``Scan.execute`` with
+    the edits in _SCAN_EDITS.  CPU numbers are unchanged (copies only)."""
+    execute = scan_op_module.Scan.execute
+    lines, first_line = inspect.getsourcelines(execute)
+    source = textwrap.dedent(''.join(lines))
+    for pattern, replacement, expected in _SCAN_EDITS:
+        source, found = re.subn(pattern, replacement, source, flags=re.DOTALL)
+        if found != expected:
+            warnings.warn(
+                'theano_multigpu: Scan.execute is not the one of Theano 1.0.5 '
+                '(%r matched %d times, expected %d); recurrent layers on '
+                'OpenCL contexts may fail' % (pattern, found, expected))
+            return
+    scan_op_module._theano_multigpu_device_address = _device_address
+    scan_op_module._theano_multigpu_rotate_left = _rotate_left
+    code = compile('\n' * (first_line - 1) + source,
+                   inspect.getsourcefile(execute), 'exec')
+    namespace = {}
+    exec(code, scan_op_module.__dict__, namespace)
+    scan_op_module.Scan.execute = namespace['execute']
+
+
+def _fix_round_on_opencl(scalar_module):
+    """RoundHalfToEven's C code calls ``floorf``, which OpenCL C lacks: the
+    GPU kernel failed to build and Theano crashed compiling any OpenCL
+    function with ``K.round`` (Keras's binary accuracy).  Call the overloaded
+    ``floor`` (exact for float too, so the same numbers on the CPU)."""
+    round_op = scalar_module.RoundHalfToEven
+    c_code, cache_version = round_op.c_code, round_op.c_code_cache_version
+
+    def portable_c_code(self, node, name, inputs, outputs, sub):
+        return c_code(self, node, name, inputs, outputs, sub).replace(
+            'floorf(', 'floor(')
+
+    round_op.c_code = portable_c_code
+    round_op.c_code_cache_version = lambda self: cache_version(self) + ('floor',)
+
+
 def install():
     importhook.after_import('theano.configparser', _set_blas_ldflags)
     importhook.after_import('theano', _import_ifelse)
     importhook.after_import('theano.gof.op', _fix_cop_cache_version)
+    importhook.after_import('theano.scan_module.scan_op', _fix_scan_on_opencl)
+    importhook.after_import('theano.scalar.basic', _fix_round_on_opencl)
     # Scan's pre-generated Cython C file does not compile on Python 3.11
     # (longintrepr.h, PyCode_New).  With this module unimportable, Scan
     # runs its inner loop in Python (Scan.execute), as Theano does without
