@@ -38,9 +38,11 @@ def _register_contexts(gpuarray):
     from . import devices, mesh
     import theano
     devices.register_missing_names(gpuarray, settings.parse_contexts_flag(theano.config.contexts))
-    master = mesh.current().master
-    if master is not None:
-        devices.set_default_context(master)
+    current = mesh.current()
+    if current.master is not None:
+        current.default_is_master = devices.set_default_context(current.master)
+        from . import gpuarray_fixes
+        gpuarray_fixes.install()
 
 
 def _check_not_too_late():

@@ -121,10 +121,11 @@ def rewrite(inputs, outputs, updates, mesh):
     gathered = {}
     per_replica = []
     for context, bounds in zip(mesh.names, slice_bounds(batch_size, len(mesh.names))):
-        replace = _replica_replacements(frontier, inputs, context, bounds)
+        replace = _replica_replacements(frontier, inputs, mesh.graph_name(context), bounds)
         per_replica.append(theano.clone(frontier, replace=replace, strict=False))
     for k, variable in enumerate(frontier):
-        pieces = [on_context(replica[k], mesh.master) for replica in per_replica]
+        pieces = [on_context(replica[k], mesh.graph_name(mesh.master))
+                  for replica in per_replica]
         gathered[variable] = tensor.concatenate(pieces, axis=0)
 
     # The real gradients, of the loss computed from the gathered frontier.

@@ -147,9 +147,11 @@ def set_default_context(name):
     whose inputs name no context, like the random generator's, go there."""
     from theano.gpuarray.type import ContextNotDefined, get_context, reg_context
     try:
-        get_context(None)
+        default = get_context(None)
     except ContextNotDefined:
         reg_context(None, get_context(name))
+        return True
+    return default is get_context(name)
 
 
 def device_kind(device):

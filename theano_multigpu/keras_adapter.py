@@ -21,13 +21,16 @@ stock = {}
 
 
 def variable(value, dtype=None, name=None):
-    """A shared variable, placed on the master context when contexts are set."""
-    target = mesh_module.current().master
+    """A shared variable, placed on the master context when contexts are set
+    (by Theano itself when the master is its default context)."""
+    from keras.backend import floatx
+    dtype = dtype or floatx()   # Keras 1.0.1's default is float64, 1.2's floatx
+    mesh = mesh_module.current()
+    target = mesh.graph_name(mesh.master)
     if target is None or hasattr(value, 'tocoo'):
         return stock['variable'](value, dtype=dtype, name=name)
     import theano
-    from keras.backend import floatx
-    value = np.asarray(value, dtype=dtype or floatx())
+    value = np.asarray(value, dtype=dtype)
     shared = theano.shared(value=value, name=name, strict=False, target=target)
     shared._keras_shape = value.shape
     shared._uses_learning_phase = False
@@ -41,7 +44,18 @@ def function(inputs, outputs, updates=[], **kwargs):
         from . import batchwise
         updates = _unique_updates(updates)
         outputs, updates = batchwise.rewrite(list(inputs), list(outputs), updates, mesh)
+    elif mesh.graph_name(mesh.master) is not None:
+        _steer_to(inputs, mesh.graph_name(mesh.master))
     return stock['function'](inputs, outputs, updates=updates, **kwargs)
+
+
+def _steer_to(inputs, context_name):
+    """Host inputs go to the weights' context.  Without a target Theano
+    moves them to its default context, and every weight would then be
+    copied there on each call (DESIGN.md, trap 4)."""
+    for placeholder in inputs:
+        if not hasattr(placeholder.tag, 'target'):
+            placeholder.tag.target = context_name
 
 
 def _unique_updates(updates):
@@ -85,6 +99,8 @@ def install(keras_backend):
     theano_backend = sys.modules['keras.backend.theano_backend']
     own = sys.modules[__name__]
     for name in TAKEN_OVER:
+        if not hasattr(theano_backend, name):
+            continue   # e.g. batch_get_value, which Keras 1.0.1 lacks
         stock.setdefault(name, getattr(theano_backend, name))
         for module in (keras_backend, theano_backend):
             setattr(module, name, getattr(own, name))

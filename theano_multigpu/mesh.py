@@ -18,6 +18,20 @@ class Mesh(object):
         self.devices = dict(devices)
         self.master = master
         self.mode = mode
+        # True once Theano's default context (None) is the master's context.
+        self.default_is_master = False
+
+    def graph_name(self, name):
+        """The context name to put in graphs for context ``name``.
+
+        The master is written as Theano's default context (``None``) when
+        that is the master's context: ops that Theano places by default
+        (allocations, random streams, inputs) then land on the master under
+        the same name as the weights, and no copy joins the two names.
+        """
+        if self.default_is_master and name == self.master:
+            return None
+        return name
 
     @property
     def size(self):

@@ -38,7 +38,9 @@ class ToContext(gof.Op):
         x, = inputs
         context = get_context(self.context_name)
         if isinstance(node.inputs[0].type, GpuArrayType):
-            outputs[0][0] = x.transfer(context)
+            # libgpuarray copies between contexts in one segment only.
+            import pygpu
+            outputs[0][0] = pygpu.gpuarray.ascontiguousarray(x).transfer(context)
         else:
             import pygpu
             outputs[0][0] = pygpu.gpuarray.array(x, context=context)
@@ -93,3 +95,4 @@ theano.compile.optdb.register(
     'multigpu_to_context_from_host_view',
     gof.TopoOptimizer(local_to_context_from_host_view),
     48.8, 'fast_run', 'fast_compile', 'multigpu')
+
