@@ -61,15 +61,7 @@ print(json.dumps({
 '''
 
 
-# Under the shim, theano_multigpu/keras_adapter.py breaks on 1.0.1 (not a
-# compat fix): install() reads batch_get_value, which 1.0.1's backend lacks,
-# and variable() passes dtype=None, which 1.0.1 turns into float64.  Remove
-# this mark with that fix.
-SHIM_ON_101 = pytest.mark.xfail(reason='keras_adapter: no batch_get_value in Keras 1.0.1; '
-                                       'variable(dtype=None) gives float64 there')
-
-
-@pytest.mark.parametrize('config', ['compat', pytest.param('shim', marks=SHIM_ON_101)])
+@pytest.mark.parametrize('config', ['compat', 'shim'])
 def test_keras_101_mlp_fits_evaluates_and_round_trips_weights(home, config):
     env = dict(CONFIGS[config]['extra_env'], PYTHONPATH=KERAS_101)
     result = run_python(home, textwrap.dedent(SMOKE_RUN),

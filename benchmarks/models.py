@@ -1,0 +1,98 @@
+"""The four Keras 1.x models that the parity tests and the benchmarks share.
+
+    from models import MODELS, build
+    case = build('cnn', size='test')        # after Keras is importable
+    case.model.train_on_batch(case.x, case.y)
+
+Everything is deterministic given ``seed``: the data and the initial weights
+(set with ``set_weights``, so Keras's own initialisers do not matter).  The
+module imports Keras only inside ``build``: importing it is free, and any
+backend (stock Keras-Theano or theano_multigpu) can run the same code.
+
+``size='test'`` gives tiny models (fast to compile and train, for the
+parity tests); ``size='bench'`` gives models whose step takes milliseconds on
+the CPU, so that a per-step overhead shows against real work.
+"""
+import collections
+
+import numpy as np
+
+__all__ = ['MODELS', 'SIZES', 'Case', 'build']
+
+MODELS = ('mlp', 'cnn', 'lstm', 'functional')
+
+# Per size: batch and the dimensions of each model.
+SIZES = {
+    'test': dict(batch=16, mlp=(8, 16, 3), cnn=(1, 8, 4, 3), lstm=(5, 4, 7, 3),
+                 functional=(4, 3, 5)),
+    'bench': dict(batch=64, mlp=(64, 256, 10), cnn=(1, 28, 16, 10), lstm=(20, 16, 64, 10),
+                  functional=(32, 16, 64)),
+}
+
+Case = collections.namedtuple('Case', 'name model x y')
+
+
+def _onehot(rng, n, classes):
+    return np.eye(classes, dtype='float32')[rng.randint(0, classes, n)]
+
+
+def build(name, size='test', seed=1234, batch=None):
+    """A compiled model, its inputs and its targets (``Case``).
+
+    ``name`` is one of MODELS.  The same (name, size, seed, batch) gives the
+    same weights and data on every backend.
+    """
+    from keras.layers import (LSTM, Convolution2D, Dense, Flatten, Input, MaxPooling2D,
+                              merge)
+    from keras.models import Model, Sequential
+    from keras.optimizers import SGD, Adam, RMSprop
+
+    if name not in MODELS:
+        raise ValueError('build expects a model name from %s, but received %r'
+                         % (MODELS, name))
+    dims = SIZES[size]
+    n = batch or dims['batch']
+    rng = np.random.RandomState(seed)
+    if name == 'mlp':
+        inputs, hidden, classes = dims['mlp']
+        model = Sequential([Dense(hidden, input_dim=inputs, activation='relu'),
+                            Dense(hidden, activation='tanh'),
+                            Dense(classes, activation='softmax')])
+        model.compile(loss='categorical_crossentropy', metrics=['accuracy'],
+                      optimizer=SGD(lr=0.05, momentum=0.9, nesterov=True))
+        x = rng.rand(n, inputs).astype('float32')
+        y = _onehot(rng, n, classes)
+    elif name == 'cnn':
+        channels, side, filters, classes = dims['cnn']
+        model = Sequential([
+            Convolution2D(filters, 3, 3, input_shape=(channels, side, side),
+                          activation='relu', dim_ordering='th'),
+            MaxPooling2D((2, 2), dim_ordering='th'),
+            Flatten(),
+            Dense(classes, activation='softmax')])
+        model.compile(loss='categorical_crossentropy', metrics=['accuracy'],
+                      optimizer=Adam(lr=0.01))
+        x = rng.rand(n, channels, side, side).astype('float32')
+        y = _onehot(rng, n, classes)
+    elif name == 'lstm':
+        steps, features, units, classes = dims['lstm']
+        model = Sequential([LSTM(units, input_shape=(steps, features)),
+                            Dense(classes, activation='softmax')])
+        model.compile(loss='categorical_crossentropy', optimizer=RMSprop(lr=0.01))
+        x = rng.rand(n, steps, features).astype('float32')
+        y = _onehot(rng, n, classes)
+    else:  # functional: two inputs, two outputs, loss weights
+        size_a, size_b, hidden = dims['functional']
+        a, b = Input(shape=(size_a,), name='in_a'), Input(shape=(size_b,), name='in_b')
+        joined = merge([Dense(hidden, activation='tanh')(a),
+                        Dense(hidden, activation='tanh')(b)], mode='concat')
+        out1 = Dense(2, activation='softmax', name='out1')(joined)
+        out2 = Dense(1, name='out2')(joined)
+        model = Model(input=[a, b], output=[out1, out2])
+        model.compile(loss=['categorical_crossentropy', 'mse'], loss_weights=[1.0, 0.5],
+                      optimizer=SGD(lr=0.05, momentum=0.5), metrics=['accuracy'])
+        x = [rng.rand(n, size_a).astype('float32'), rng.rand(n, size_b).astype('float32')]
+        y = [_onehot(rng, n, 2), rng.rand(n, 1).astype('float32')]
+    model.set_weights([(rng.randn(*w.shape) * 0.2).astype('float32')
+                       for w in model.get_weights()])
+    return Case(name, model, x, y)

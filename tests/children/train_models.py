@@ -1,0 +1,109 @@
+"""Child script: build named models with fixed weights and data, train each
+for a few steps, and save what the tests compare.
+
+    python train_models.py OUT.npz STEPS BATCH MODEL [MODEL ...]
+
+For each MODEL it stores ``MODEL/w<i>`` (weights after training),
+``MODEL/loss`` (the per-step outputs), ``MODEL/pred`` and ``MODEL/eval``,
+and ``MODEL/contexts`` (the contexts the compiled train function's heavy ops
+run on).  Runs unchanged on any backend.
+"""
+import sys
+
+import numpy as np
+
+
+def build(name, rng, n):
+    """(model, x, y, fit kwargs) for ``name``, deterministic given rng."""
+    from keras.models import Sequential, Model
+    from keras.layers import (Dense, Convolution2D, MaxPooling2D, Flatten, Embedding,
+                              LSTM, GRU, Input, merge, Dropout, BatchNormalization)
+    from keras.optimizers import SGD, Adam, RMSprop
+    kwargs = {}
+    if name == 'mlp':
+        model = Sequential([Dense(16, input_dim=8, activation='relu'),
+                            Dense(3, activation='softmax')])
+        model.compile(loss='categorical_crossentropy', metrics=['accuracy'],
+                      optimizer=SGD(lr=0.1, momentum=0.9, nesterov=True))
+        x = rng.rand(n, 8).astype('float32')
+        y = np.eye(3)[rng.randint(0, 3, n)].astype('float32')
+        kwargs['class_weight'] = {0: 1.0, 1: 2.0, 2: 0.5}
+    elif name in ('cnn', 'cnn_bn'):
+        layers = [Convolution2D(4, 3, 3, input_shape=(1, 8, 8), activation='relu',
+                                dim_ordering='th')]
+        if name == 'cnn_bn':
+            layers.append(BatchNormalization(axis=1))
+        layers += [MaxPooling2D((2, 2), dim_ordering='th'), Dropout(0.0), Flatten(),
+                   Dense(3, activation='softmax')]
+        model = Sequential(layers)
+        model.compile(loss='categorical_crossentropy', optimizer=Adam(lr=0.01),
+                      metrics=['accuracy'])
+        x = rng.rand(n, 1, 8, 8).astype('float32')
+        y = np.eye(3)[rng.randint(0, 3, n)].astype('float32')
+    elif name in ('lstm', 'gru'):
+        recurrent = LSTM if name == 'lstm' else GRU
+        model = Sequential([Embedding(12, 6, input_length=5, mask_zero=True),
+                            recurrent(7), Dense(3, activation='softmax')])
+        model.compile(loss='categorical_crossentropy', optimizer=RMSprop(lr=0.01, clipnorm=0.5))
+        x = rng.randint(1, 12, (n, 5)).astype('int32')
+        x[:, :2] *= rng.randint(0, 2, (n, 2))  # leading zeros: masked steps
+        y = np.eye(3)[rng.randint(0, 3, n)].astype('float32')
+    elif name == 'functional':
+        a, b = Input(shape=(4,)), Input(shape=(3,))
+        hidden = merge([Dense(5, activation='tanh')(a), Dense(5, activation='tanh')(b)],
+                       mode='concat')
+        out1 = Dense(2, activation='softmax', name='out1')(hidden)
+        out2 = Dense(1, name='out2')(hidden)
+        model = Model(input=[a, b], output=[out1, out2])
+        model.compile(loss=['categorical_crossentropy', 'mse'], loss_weights=[1.0, 0.5],
+                      optimizer=RMSprop(lr=0.01, clipnorm=1.0), metrics=['accuracy'])
+        x = [rng.rand(n, 4).astype('float32'), rng.rand(n, 3).astype('float32')]
+        y = [np.eye(2)[rng.randint(0, 2, n)].astype('float32'),
+             rng.rand(n, 1).astype('float32')]
+        kwargs['sample_weight'] = [rng.rand(n).astype('float32') + 0.5,
+                                   rng.rand(n).astype('float32')]
+    else:
+        raise SystemExit('unknown model %r' % name)
+    model.set_weights([(rng.randn(*w.shape) * 0.3).astype('float32')
+                       for w in model.get_weights()])
+    return model, x, y, kwargs
+
+
+HEAVY = ('Dot22', 'Gemm', 'Corr', 'Pool', 'Softmax', 'Scan', 'Gemv', 'Dot')
+
+
+def heavy_op_contexts(theano_function):
+    """{context name: number of heavy ops} of a compiled Theano function."""
+    counts = {}
+    for node in theano_function.maker.fgraph.toposort():
+        if any(h in type(node.op).__name__ for h in HEAVY):
+            context = getattr(node.outputs[0].type, 'context_name', 'host')
+            counts[str(context)] = counts.get(str(context), 0) + 1
+    return counts
+
+
+def main():
+    out, steps, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    results = {}
+    for name in sys.argv[4:]:
+        rng = np.random.RandomState(1234)
+        model, x, y, kwargs = build(name, rng, batch)
+        losses = [np.hstack(np.atleast_1d(model.train_on_batch(x, y, **kwargs)))
+                  for _ in range(steps)]
+        for i, w in enumerate(model.get_weights()):
+            results['%s/w%d' % (name, i)] = w
+        results[name + '/loss'] = np.array(losses)
+        pred = model.predict(x, batch_size=batch)
+        if isinstance(pred, list):
+            pred = np.hstack([p.reshape(len(p), -1) for p in pred])
+        results[name + '/pred'] = pred
+        results[name + '/eval'] = np.hstack(np.atleast_1d(model.evaluate(x, y, batch_size=batch, verbose=0)))
+        train = getattr(model, 'model', model).train_function.function
+        contexts = heavy_op_contexts(train)
+        results[name + '/contexts'] = np.array(sorted(contexts))
+        print(name, 'heavy ops per context:', contexts, flush=True)
+    np.savez(out, **results)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The demo behind `make demo` (the Makefile runs tools/setup.sh first).
+#
+# An unchanged Keras 1.2.2 script, examples/digits_mlp.py, trains through the
+# shim on pocl's OpenCL devices, which stand in for GPUs on the CPU.  Each
+# step says what it runs before it runs it.  Run some steps only with
+#     DEMO_STEPS="info one_context" tools/demo.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=.venv/bin/python
+MIN_ACCURACY=0.95
+ALL_STEPS="info one_context"
+
+if [ ! -x "$PYTHON" ]; then
+  echo "demo: expected the virtual environment $PYTHON, which is not there; run tools/setup.sh (or make demo)" >&2
+  exit 1
+fi
+
+export KERAS_BACKEND=theano_multigpu
+export POCL_DEVICES="${POCL_DEVICES:-pthread pthread}"
+export POCL_MAX_PTHREAD_COUNT="${POCL_MAX_PTHREAD_COUNT:-1}"
+# Compile caches shared with the tests; no ~/.theanorc, so that the flags
+# below are all there is.
+export POCL_CACHE_DIR="$PWD/.cache/pocl"
+export THEANORC=/dev/null
+BASE_FLAGS="base_compiledir=$PWD/.cache/theano,floatX=float32"
+
+say() {
+  echo
+  echo "== $*"
+}
+
+# Run examples/digits_mlp.py with THEANO_FLAGS "$BASE_FLAGS,$1"; check the
+# test accuracy it prints.
+train_digits() {
+  local flags="$BASE_FLAGS,$1" output accuracy
+  echo "   KERAS_BACKEND=$KERAS_BACKEND THEANO_FLAGS='$flags' $PYTHON examples/digits_mlp.py"
+  output=$(THEANO_FLAGS="$flags" "$PYTHON" examples/digits_mlp.py)
+  accuracy=$(printf '%s\n' "$output" | sed -n 's/^test accuracy: //p' | tail -n 1)
+  if [ -z "$accuracy" ]; then
+    echo "demo: expected a line 'test accuracy: ...' from examples/digits_mlp.py, but it printed:" >&2
+    printf '%s\n' "$output" >&2
+    return 1
+  fi
+  echo "   test accuracy: $accuracy (expected >= $MIN_ACCURACY)"
+  if ! "$PYTHON" -c "import sys; sys.exit(float(sys.argv[1]) < float(sys.argv[2]))" "$accuracy" "$MIN_ACCURACY"; then
+    echo "demo: test accuracy $accuracy is below $MIN_ACCURACY" >&2
+    return 1
+  fi
+}
+
+step_info() {
+  say "Step info: python -m theano_multigpu info on two pocl contexts (dev0->opencl0:0, dev1->opencl0:1)"
+  THEANO_FLAGS="$BASE_FLAGS,contexts=dev0->opencl0:0;dev1->opencl0:1" "$PYTHON" -m theano_multigpu info
+}
+
+step_one_context() {
+  say "Step one_context: examples/digits_mlp.py (unchanged Keras 1.2.2) through the shim on one pocl context; about 2-3 minutes on pocl, less once compiled"
+  train_digits "contexts=dev0->opencl0:0"
+}
+
+for step in ${DEMO_STEPS:-$ALL_STEPS}; do
+  case " $ALL_STEPS " in
+    *" $step "*) "step_$step" ;;
+    *) echo "demo: DEMO_STEPS expects steps from '$ALL_STEPS', but received '$step'" >&2; exit 2 ;;
+  esac
+done
+say "Demo done"
