@@ -1,9 +1,9 @@
 """Start-up hook of theano_multigpu, run in every Python process.
 
-The installed ``theano_multigpu.pth`` imports this module when Python starts.
-It must stay cheap: unless KERAS_BACKEND names the shim (or
-THEANO_MULTIGPU_COMPAT=1 asks for the compatibility fixes alone) it reads two
-environment variables and returns, importing neither Theano nor Keras.
+The installed ``theano_multigpu.pth`` runs when Python starts: it reads two
+environment variables and imports this module only when KERAS_BACKEND names
+the shim or THEANO_MULTIGPU_COMPAT=1 asks for the compatibility fixes alone.
+Any other Python pays for that one line, and imports neither Theano nor Keras.
 """
 import os
 

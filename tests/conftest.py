@@ -3,7 +3,8 @@
 Theano reads its flags once, at import, so every configuration runs in a
 fresh Python process: ``run_python`` starts one with the venv's interpreter
 (the start-up hook installed), a fresh HOME (Keras writes keras.json there)
-and the Theano/pocl compile caches shared between tests.
+and the Theano/pocl compile caches shared between tests
+(``benchmarks/harness.py``, which the benchmarks share).
 """
 import os
 import subprocess
@@ -12,9 +13,10 @@ import textwrap
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CACHE = os.path.join(REPO, '.cache')
-PYTHON = sys.executable
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                'benchmarks'))
+from harness import CACHE, PYTHON, REPO  # noqa: E402,F401
+from harness import child_env as python_env  # noqa: E402,F401
 
 
 def have_pocl_devices(n=2):
@@ -30,26 +32,6 @@ def have_pocl_devices(n=2):
 needs_pocl = pytest.mark.skipif(
     not have_pocl_devices(2),
     reason='needs pygpu and two pocl OpenCL devices (POCL_DEVICES="pthread pthread")')
-
-
-def python_env(home, flags='', backend='theano_multigpu', extra=None):
-    """Environment for a child Python: KERAS_BACKEND, THEANO_FLAGS, HOME."""
-    env = dict(os.environ)
-    for key in ('KERAS_BACKEND', 'THEANO_FLAGS', 'THEANO_MULTIGPU_COMPAT', 'THEANORC'):
-        env.pop(key, None)
-    if backend is not None:
-        env['KERAS_BACKEND'] = backend
-    compiledir = 'base_compiledir=' + os.path.join(CACHE, 'theano')
-    env['THEANO_FLAGS'] = ','.join(f for f in (compiledir, 'floatX=float32', flags) if f)
-    env['HOME'] = str(home)
-    env['THEANORC'] = os.path.join(str(home), '.theanorc')
-    env['POCL_CACHE_DIR'] = os.path.join(CACHE, 'pocl')
-    env.setdefault('POCL_DEVICES', 'pthread pthread')
-    env.setdefault('POCL_MAX_PTHREAD_COUNT', '1')
-    env['PYTHONDONTWRITEBYTECODE'] = '1'
-    if extra:
-        env.update(extra)
-    return env
 
 
 def run_python(home, code=None, flags='', backend='theano_multigpu', args=(),

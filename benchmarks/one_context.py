@@ -1,0 +1,124 @@
+"""Step time of stock Keras-Theano against the shim at one context.
+
+Stock is ``KERAS_BACKEND=theano THEANO_MULTIGPU_COMPAT=1`` (the Python 3.11
+fixes alone), the baseline of every benchmark.  Two long-lived workers, one
+per side, train the same models (benchmarks/models.py, size 'bench'); the
+driver asks them in turn for one step at a time, alternating which side goes
+first, so both see the same machine noise.  Figure: median shim step over
+median stock step, per model (goal <= 1.02).
+
+    python benchmarks/one_context.py [--rounds 40] [--configurations cpu,pocl]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import PYTHON, child_env, median, record  # noqa: E402
+from models import MODELS  # noqa: E402
+
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'step_worker.py')
+COMMAND = 'python benchmarks/one_context.py'
+
+# configuration -> side -> (KERAS_BACKEND, THEANO_FLAGS, extra environment)
+CONFIGURATIONS = {
+    'cpu': {'stock': ('theano', '', {'THEANO_MULTIGPU_COMPAT': '1'}),
+            'shim': ('theano_multigpu', '', None)},
+    'pocl': {'stock': ('theano', 'device=opencl0:0', {'THEANO_MULTIGPU_COMPAT': '1'}),
+             'shim': ('theano_multigpu', 'contexts=dev0->opencl0:0', None)},
+}
+DESCRIPTION = {'cpu': 'on the CPU (no contexts)',
+               'pocl': 'on one pocl context (contexts=dev0->opencl0:0 against device=opencl0:0)'}
+
+
+class Worker(object):
+    """One step_worker.py child."""
+
+    def __init__(self, home, backend, flags, extra):
+        environment = child_env(home, flags, backend, dict(extra or {}, OPENBLAS_NUM_THREADS='1',
+                                                            OMP_NUM_THREADS='1'))
+        self.log = open(os.path.join(home, 'worker.log'), 'w')
+        self.process = subprocess.Popen([PYTHON, WORKER], env=environment, cwd=home,
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=self.log, text=True)
+
+    def ask(self, request):
+        self.process.stdin.write(json.dumps(request) + '\n')
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        if not line:
+            self.log.flush()
+            with open(self.log.name) as log:
+                raise RuntimeError('benchmark worker exited (%s); its log ends:\n%s'
+                                   % (self.process.wait(), log.read()[-4000:]))
+        return json.loads(line)
+
+    def close(self):
+        self.process.stdin.close()
+        self.process.wait(timeout=60)
+        self.log.close()
+
+
+def measure(configuration, rounds, models=MODELS):
+    """{model: {'stock': [seconds...], 'shim': [...]}} for ``configuration``."""
+    base = tempfile.mkdtemp(prefix='one_context_')
+    workers = {}
+    for side, (backend, flags, extra) in CONFIGURATIONS[configuration].items():
+        home = os.path.join(base, side)
+        os.makedirs(home)
+        workers[side] = Worker(home, backend, flags, extra)
+    try:
+        for name in models:
+            for side, worker in workers.items():
+                built = worker.ask({'build': name})
+                print('  built %-10s %-5s in %.1f s' % (name, side, built['seconds']), flush=True)
+        times = {name: {side: [] for side in workers} for name in models}
+        for round_index in range(rounds):
+            order = ['stock', 'shim'] if round_index % 2 == 0 else ['shim', 'stock']
+            for name in models:
+                for side in order:
+                    times[name][side] += workers[side].ask({'time': name, 'steps': 1})['times']
+        return times
+    finally:
+        for worker in workers.values():
+            worker.close()
+
+
+def figures_for(configuration, times):
+    figures = []
+    for name, by_side in times.items():
+        stock, shim = median(by_side['stock']), median(by_side['shim'])
+        print('  %-10s stock %8.3f ms  shim %8.3f ms  shim/stock %.3f  (median of %d steps each)'
+              % (name, stock * 1e3, shim * 1e3, shim / stock, len(by_side['shim'])))
+        figures.append({
+            'name': 'one_context/%s/%s step time, shim over stock' % (configuration, name),
+            'value': round(shim / stock, 4), 'unit': 'ratio', 'goal': '<= 1.02',
+            'command': '%s --configurations %s' % (COMMAND, configuration),
+            'detail': {'stock_ms': stock * 1e3, 'shim_ms': shim * 1e3,
+                       'steps_each': len(by_side['shim']), 'where': DESCRIPTION[configuration]}})
+    return figures
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--rounds', type=int, default=40,
+                        help='steps timed per side and model (default 40)')
+    parser.add_argument('--configurations', default='cpu,pocl',
+                        help='comma-separated, from %s' % ', '.join(CONFIGURATIONS))
+    args = parser.parse_args(argv)
+    figures = []
+    for configuration in args.configurations.split(','):
+        if configuration not in CONFIGURATIONS:
+            parser.error('--configurations expects names from %s, but received %r'
+                         % (', '.join(CONFIGURATIONS), configuration))
+        print('one context, %s:' % DESCRIPTION[configuration], flush=True)
+        figures += figures_for(configuration, measure(configuration, args.rounds))
+    record(figures)
+    return figures
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,23 @@
+"""``make bench``: every benchmark, each writing its figures to
+benchmarks/results.json and benchmarks/results.md."""
+import os
+import platform
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import one_context  # noqa: E402
+import scan_cost  # noqa: E402
+import startup  # noqa: E402
+
+
+def main():
+    print('machine: %s, %d CPUs, Python %s' % (platform.machine(), os.cpu_count(),
+                                               platform.python_version()), flush=True)
+    startup.main([])
+    scan_cost.main([])
+    one_context.main([])
+    print('figures written to benchmarks/results.json and benchmarks/results.md')
+
+
+if __name__ == '__main__':
+    main()
