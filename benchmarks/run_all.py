@@ -5,6 +5,7 @@ import platform
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import batchwise  # noqa: E402
 import one_context  # noqa: E402
 import scan_cost  # noqa: E402
 import startup  # noqa: E402
@@ -16,6 +17,7 @@ def main():
     startup.main([])
     scan_cost.main([])
     one_context.main([])
+    batchwise.main([])
     print('figures written to benchmarks/results.json and benchmarks/results.md')
 
 

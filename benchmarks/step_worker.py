@@ -3,7 +3,11 @@
 Driven over stdin/stdout by one_context.py, one JSON request per line:
 ``{"build": NAME}`` builds NAME (benchmarks/models.py, size 'bench') and
 runs warm-up steps (compiling); ``{"time": NAME, "steps": K}`` answers the
-seconds of each of K ``train_on_batch`` calls.  Each reply is one JSON line.
+seconds of each of K ``train_on_batch`` calls; ``{"compile": NAME}`` builds
+NAME afresh and answers the seconds its train function takes to compile;
+``{"moved": NAME}`` (under the shim) answers the bytes the shim's transfers
+moved in one step and the model's parameter bytes.  Each reply is one JSON
+line.
 """
 import json
 import os
@@ -29,6 +33,19 @@ def main():
             for _ in range(WARM_UP_STEPS):
                 case.model.train_on_batch(case.x, case.y)
             answer = {'built': name, 'seconds': time.perf_counter() - started}
+        elif 'compile' in request:
+            model = build(request['compile'], size='bench').model
+            model = getattr(model, 'model', model)   # Sequential wraps a Model
+            started = time.perf_counter()
+            model._make_train_function()
+            answer = {'seconds': time.perf_counter() - started}
+        elif 'moved' in request:
+            from theano_multigpu import transfer
+            case = cases[request['moved']]
+            before = sum(transfer.bytes_moved.values())
+            case.model.train_on_batch(case.x, case.y)
+            answer = {'bytes': sum(transfer.bytes_moved.values()) - before,
+                      'parameter_bytes': sum(w.nbytes for w in case.model.get_weights())}
         else:
             case = cases[request['time']]
             times = []

@@ -2,6 +2,8 @@
 
     python -m theano_multigpu info             versions, contexts, settings
     python -m theano_multigpu run train.py ... run a script on the shim
+    python -m theano_multigpu report train.py ...  the same, printing the
+                                               placement report of each function
 """
 import argparse
 import os
@@ -33,6 +35,13 @@ def _run(args):
     return 0
 
 
+def _report(args):
+    """``run`` with multigpu.report on (set before Theano reads its flags)."""
+    flags = os.environ.get('THEANO_FLAGS', '')
+    os.environ['THEANO_FLAGS'] = ','.join(f for f in (flags, 'multigpu.report=True') if f)
+    return _run(args)
+
+
 def _info(args):
     _activate()
     from . import info
@@ -48,6 +57,11 @@ def main(argv=None):
     run.add_argument('script')
     run.add_argument('args', nargs=argparse.REMAINDER)
     run.set_defaults(handler=_run)
+    report = commands.add_parser(
+        'report', help='run a Keras script, printing where each function runs')
+    report.add_argument('script')
+    report.add_argument('args', nargs=argparse.REMAINDER)
+    report.set_defaults(handler=_report)
     info = commands.add_parser('info', help='versions, contexts and settings')
     info.set_defaults(handler=_info)
     args = parser.parse_args(argv)

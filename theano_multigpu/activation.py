@@ -42,7 +42,7 @@ def _register_contexts(gpuarray):
     if current.master is not None:
         current.default_is_master = devices.set_default_context(current.master)
         from . import gpuarray_fixes
-        gpuarray_fixes.install()
+        gpuarray_fixes.install(several_contexts=len(current.names) > 1)
 
 
 def _check_not_too_late():

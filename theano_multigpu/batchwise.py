@@ -17,10 +17,12 @@ from theano import gof, tensor
 from theano.compile import SharedVariable
 from theano.gpuarray.basic_ops import HostFromGpu
 from theano.gpuarray.type import GpuArrayType
+from theano.sandbox.rng_mrg import mrg_uniform
 
 from .transfer import on_context
 
-__all__ = ['GradientStandIn', 'gradient_stand_ins', 'rewrite', 'slice_bounds']
+__all__ = ['GradientStandIn', 'gradient_stand_ins', 'rewrite', 'slice_bounds',
+           'SplitFunction']
 
 
 class GradientStandIn(object):
@@ -95,6 +97,11 @@ def _replica_replacements(frontier, inputs, context, bounds):
             source = node.inputs[0]
             if isinstance(source, SharedVariable) and isinstance(source.type, GpuArrayType):
                 replace[node.outputs[0]] = on_context(source, context)
+        elif isinstance(node.op, mrg_uniform) and node.outputs[1].ndim >= 2:
+            # Random numbers drawn for the whole batch (Keras draws them with
+            # the shape of the batch), sliced: dropout masks are one
+            # context's, and the generator's state advances once per call.
+            replace[node.outputs[1]] = on_context(node.outputs[1][start:stop], context)
     return replace
 
 
@@ -123,9 +130,11 @@ def rewrite(inputs, outputs, updates, mesh):
     for context, bounds in zip(mesh.names, slice_bounds(batch_size, len(mesh.names))):
         replace = _replica_replacements(frontier, inputs, mesh.graph_name(context), bounds)
         per_replica.append(theano.clone(frontier, replace=replace, strict=False))
+    master = mesh.graph_name(mesh.master)
+    replica_names = [mesh.graph_name(name) for name in mesh.names]
     for k, variable in enumerate(frontier):
-        pieces = [on_context(replica[k], mesh.graph_name(mesh.master))
-                  for replica in per_replica]
+        pieces = [on_context(replica[k], master, came_from=name)
+                  for name, replica in zip(replica_names, per_replica)]
         gathered[variable] = tensor.concatenate(pieces, axis=0)
 
     # The real gradients, of the loss computed from the gathered frontier.
@@ -143,3 +152,29 @@ def rewrite(inputs, outputs, updates, mesh):
     new_outputs = new_roots[:len(outputs)]
     new_updates = [(var, new) for (var, _), new in zip(updates, new_roots[len(outputs):])]
     return new_outputs, new_updates
+
+
+class SplitFunction(object):
+    """A Keras backend Function over all contexts, and over fewer for a
+    batch with fewer rows than contexts (compiled when first needed), so
+    that no context computes on an empty slice: BLAS libraries refuse
+    zero-row products (CLBlast does) and there is nothing to gain.
+
+    ``compile_for(mesh)`` returns the Keras Function for ``mesh``.
+    """
+
+    def __init__(self, compile_for, mesh):
+        self._compile_for = compile_for
+        self._mesh = mesh
+        self._by_count = {mesh.size: compile_for(mesh)}
+
+    def __call__(self, inputs):
+        rows = next((len(x) for x in inputs if getattr(x, 'ndim', 0) >= 1), self._mesh.size)
+        count = max(1, min(rows, self._mesh.size))
+        if count not in self._by_count:
+            self._by_count[count] = self._compile_for(self._mesh.first(count))
+        return self._by_count[count](inputs)
+
+    def __getattr__(self, name):
+        """``function`` and the rest: the all-contexts Function's."""
+        return getattr(self._by_count[self._mesh.size], name)

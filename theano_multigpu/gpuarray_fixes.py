@@ -1,16 +1,27 @@
-"""Theano's gpuarray backend with several named contexts: two fixes.
+"""Theano's gpuarray backend with several named contexts: six fixes.
 
 Theano 1.0.5 was written and tested with one context.  With a named context
 holding the weights and Theano's default context (``None``) also defined,
 ops landed on ``None`` and every weight was copied there and back on each
-call; and libgpuarray refused to copy views between contexts.
+call; libgpuarray refused to copy views between contexts; the softmax
+gradient, which has no GPU op without cuDNN, took each replica's backward
+through the host; Theano merged the replicas' recurrent loops into one
+scan, which then ran on one context; and allocations with no GPU input
+(the zeros a gradient is accumulated into) went to the default context,
+taking the ops that fill them there; and the GPU random generator's
+samples were typed for the default context whatever its state's context.
 """
 from collections import deque
 
 import theano
-from theano import gof
+from theano import gof, tensor
+from theano.gpuarray.rng_mrg import GPUA_mrg_uniform
+from theano.scan_module.scan_opt import ScanMerge
+from theano.tensor.nnet import SoftmaxGrad
 from theano.gpuarray import basic_ops
-from theano.gpuarray.basic_ops import (GpuContiguous, GpuToGpu, HostFromGpu, gpu_contiguous)
+from theano.gpuarray.basic_ops import (GpuAlloc, GpuAllocEmpty, GpuContiguous, GpuToGpu,
+                                       HostFromGpu, as_gpuarray_variable, gpu_contiguous,
+                                       host_from_gpu)
 from theano.gpuarray.type import ContextNotDefined, GpuArrayType, get_context
 
 __all__ = ['install']
@@ -62,18 +73,136 @@ def local_gpu_to_gpu_contiguous(node):
     return [node.op(gpu_contiguous(x))]
 
 
-_installed = False
+@gof.local_optimizer([SoftmaxGrad])
+def local_softmax_grad_elementwise(node):
+    """SoftmaxGrad(dy, sm) -> (dy - sum(dy * sm, axis=1)) * sm, in ops that
+    Theano lifts onto the context of their inputs.  Without cuDNN Theano has
+    no GPU SoftmaxGrad, so each replica's backward went to the host and
+    back (a HostFromGpu, which also waits for the device, DESIGN.md trap 6).
+    Runs just before the GPU lifting, once the stabilising rewrites that
+    look for SoftmaxGrad have run."""
+    if not isinstance(node.op, SoftmaxGrad):
+        return False
+    dy, sm = node.inputs
+    if dy.ndim != 2 or sm.ndim != 2:
+        return False
+    dx = (dy - tensor.sum(dy * sm, axis=1, keepdims=True)) * sm
+    return [tensor.patternbroadcast(dx, node.outputs[0].broadcastable)]
 
 
-def install():
-    """Apply both fixes once.  The new search replaces the code of Theano's
-    function, so the modules that imported it by name get it too."""
-    global _installed
-    if _installed:
-        return
-    basic_ops.infer_context_name.__code__ = _infer_context_name.__code__
-    theano.compile.optdb.register(
-        'multigpu_gpu_to_gpu_contiguous',
-        gof.TopoOptimizer(local_gpu_to_gpu_contiguous),
-        49.6, 'fast_run', 'fast_compile', 'multigpu')
-    _installed = True
+def _is_metadata(variable):
+    """Constants, and the small integer vectors shapes are made of."""
+    return (isinstance(variable, gof.Constant)
+            or (variable.ndim <= 1 and not variable.dtype.startswith('float')))
+
+
+def _contexts_of_readers(variable, depth=8):
+    """The contexts whose data the ops reading ``variable`` compute with:
+    through ops that read nothing else (a DimShuffle, a Reshape, another
+    Alloc), up to ``depth`` ops on.  ``'output'`` if it is an output."""
+    found = set()
+    for client, index in variable.clients:
+        if client == 'output':
+            found.add('output')
+            continue
+        others = [v for i, v in enumerate(client.inputs) if i != index and not _is_metadata(v)]
+        if others:
+            try:
+                found.add(basic_ops.infer_context_name(*others))
+            except ValueError:
+                found.add(None)
+        elif depth > 0:
+            for output in client.outputs:
+                found |= _contexts_of_readers(output, depth - 1)
+        else:
+            found.add(None)
+    return found
+
+
+@gof.local_optimizer([tensor.Alloc, tensor.AllocEmpty])
+def local_alloc_on_clients_context(node):
+    """Alloc(...) -> HostFromGpu(GpuAlloc<c>(...)) when no input of the
+    Alloc is on a GPU and, of the named contexts, the ops that read it
+    compute with data from ``c`` alone.  Theano's lifter puts such allocations (zeros an
+    initial state or a gradient starts from) on the default context, and
+    the first GPU input decides where an op runs, so e.g. the IncSubtensor
+    that fills a replica's gradient ran on the master."""
+    if type(node.op) not in (tensor.Alloc, tensor.AllocEmpty):
+        return False   # GpuAlloc and GpuAllocEmpty are subclasses: placed already
+    output = node.outputs[0]
+    if not output.dtype.startswith('float'):
+        return False
+    if any(v.owner is not None and isinstance(v.owner.op, HostFromGpu) for v in node.inputs):
+        return False   # the lifter places it by that input
+    contexts = _contexts_of_readers(output)
+    named = contexts - {None}   # None: the default context, or none found
+    if len(named) != 1 or 'output' in named:
+        return False
+    context_name = named.pop()
+    if isinstance(node.op, tensor.Alloc):
+        value = as_gpuarray_variable(node.inputs[0], context_name)
+        placed = GpuAlloc(context_name)(value, *node.inputs[1:])
+    else:
+        placed = GpuAllocEmpty(output.dtype, context_name)(*node.inputs)
+    return [host_from_gpu(placed)]
+
+
+def _context_of_host_node(node):
+    """The context a not yet lifted node's inputs come from (nearest first)."""
+    try:
+        return basic_ops.infer_context_name(*node.inputs)
+    except ValueError:
+        return None
+
+
+_stock_belongs_to_set = ScanMerge.belongs_to_set
+
+
+def _belongs_to_set(self, node, set_nodes):
+    """ScanMerge's test, refusing to merge scans whose inputs come from
+    different contexts (two replicas' recurrent layers): merged, both ran
+    on the first one's context."""
+    if _context_of_host_node(node) != _context_of_host_node(set_nodes[0]):
+        return False
+    return _stock_belongs_to_set(self, node, set_nodes)
+
+
+@classmethod
+def _mrg_uniform_new(cls, rstate, ndim, dtype, size):
+    """GPUA_mrg_uniform.new, with the samples on the state's context (Theano
+    typed them for the default context: a kernel then read another
+    context's buffer, which pocl aborts on)."""
+    v_size = tensor.as_tensor_variable(size)
+    if ndim is None:
+        ndim = tensor.get_vector_length(v_size)
+    op = cls(GpuArrayType(dtype, (False,) * ndim, context_name=rstate.type.context_name))
+    return op(rstate, v_size)
+
+
+_installed = set()
+
+
+def install(several_contexts=False):
+    """Apply the fixes once: the first two always, the others only when
+    several contexts take part (one context keeps stock's graph).
+    The new search replaces the code of Theano's function, so the modules
+    that imported it by name get it too."""
+    if 'base' not in _installed:
+        basic_ops.infer_context_name.__code__ = _infer_context_name.__code__
+        theano.compile.optdb.register(
+            'multigpu_gpu_to_gpu_contiguous',
+            gof.TopoOptimizer(local_gpu_to_gpu_contiguous),
+            49.6, 'fast_run', 'fast_compile', 'multigpu')
+        GPUA_mrg_uniform.new = _mrg_uniform_new
+        _installed.add('base')
+    if several_contexts and 'several' not in _installed:
+        theano.compile.optdb.register(
+            'multigpu_softmax_grad_elementwise',
+            gof.TopoOptimizer(local_softmax_grad_elementwise),
+            48.4, 'fast_run', 'fast_compile', 'multigpu')
+        theano.compile.optdb.register(
+            'multigpu_alloc_on_clients_context',
+            gof.TopoOptimizer(local_alloc_on_clients_context),
+            48.45, 'fast_run', 'fast_compile', 'multigpu')
+        ScanMerge.belongs_to_set = _belongs_to_set
+        _installed.add('several')

@@ -47,6 +47,8 @@ def collect():
         'multigpu.mode': theano.config.multigpu.mode,
         'multigpu.contexts': theano.config.multigpu.contexts or '(all)',
         'multigpu.master': theano.config.multigpu.master or '(first)',
+        'multigpu.check': theano.config.multigpu.check,
+        'multigpu.report': theano.config.multigpu.report,
         'effective mode': mesh.mode,
         'blas.ldflags': theano.config.blas.ldflags,
     }

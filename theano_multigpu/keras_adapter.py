@@ -40,13 +40,62 @@ def variable(value, dtype=None, name=None):
 def function(inputs, outputs, updates=[], **kwargs):
     """One Theano function; in batch-wise mode, spread over the contexts."""
     mesh = mesh_module.current()
-    if mesh.mode == 'batch':
-        from . import batchwise
-        updates = _unique_updates(updates)
-        outputs, updates = batchwise.rewrite(list(inputs), list(outputs), updates, mesh)
-    elif mesh.graph_name(mesh.master) is not None:
-        _steer_to(inputs, mesh.graph_name(mesh.master))
-    return stock['function'](inputs, outputs, updates=updates, **kwargs)
+    if mesh.mode != 'batch':
+        if mesh.graph_name(mesh.master) is not None:
+            _steer_to(inputs, mesh.graph_name(mesh.master))
+        return stock['function'](inputs, outputs, updates=updates, **kwargs)
+    from . import batchwise
+    updates = _unique_updates(updates)
+    _refuse_stateful(list(outputs) + [new for _, new in updates])
+    title = _function_title(sys._getframe(1))
+
+    def compile_for(mesh):
+        return _compile_batchwise(list(inputs), list(outputs), updates, kwargs, mesh, title)
+    return batchwise.SplitFunction(compile_for, mesh)
+
+
+def _compile_batchwise(inputs, outputs, updates, kwargs, mesh, title):
+    """Keras's Function of the batch-wise rewrite for ``mesh``, its
+    placement checked (and reported at its first call, if asked)."""
+    import theano
+    from . import batchwise, placement
+    outputs, updates = batchwise.rewrite(inputs, outputs, updates, mesh)
+    compiled = stock['function'](inputs, outputs, updates=updates, **kwargs)
+    if len(mesh.names) < len(mesh_module.current().names):
+        title += ' (for batches of %d row(s): on %s)' % (len(mesh.names), ', '.join(mesh.names))
+    placement.check(compiled.function, mesh, theano.config.multigpu.check, title)
+    if theano.config.multigpu.report:
+        compiled = placement.FirstCallReport(compiled, mesh, title)
+    return compiled
+
+
+_KERAS_FUNCTIONS = {'_make_train_function': "Keras's train function",
+                    '_make_test_function': "Keras's test function",
+                    '_make_predict_function': "Keras's predict function"}
+
+
+def _function_title(caller_frame):
+    """Which function is compiled, from the name of K.function's caller."""
+    return _KERAS_FUNCTIONS.get(caller_frame.f_code.co_name,
+                                'K.function from %s' % caller_frame.f_code.co_name)
+
+
+def _refuse_stateful(roots):
+    """Batch-wise mode splits every batch over the contexts, so a stateful
+    recurrent layer's state rows (one per sample of the batch) would have to
+    be split too; that is not supported, so say so before compiling."""
+    from theano import gof
+    for variable in gof.graph.ancestors(roots):
+        history = getattr(variable, '_keras_history', None)
+        layer = history[0] if history else None
+        if getattr(layer, 'stateful', False):
+            raise ValueError(
+                'batch-wise mode expects layers without state carried between '
+                'batches, but received the stateful recurrent layer %r; its '
+                'states hold one row per sample of the batch, which batch-wise '
+                "mode does not split. Use stateful=False, or run on one context "
+                "(THEANO_FLAGS multigpu.contexts=dev0)"
+                % layer.name)
 
 
 def _steer_to(inputs, context_name):

@@ -33,6 +33,14 @@ class Mesh(object):
             return None
         return name
 
+    def first(self, count):
+        """The mesh of the master and the next ``count - 1`` names."""
+        names = [self.master] + [n for n in self.names if n != self.master][:count - 1]
+        names = [n for n in self.names if n in names]   # keep the flag order
+        smaller = Mesh(names, self.devices, self.master, self.mode)
+        smaller.default_is_master = self.default_is_master
+        return smaller
+
     @property
     def size(self):
         return max(1, len(self.names))

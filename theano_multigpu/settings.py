@@ -16,6 +16,7 @@ __all__ = ['MODES', 'parse_contexts_flag', 'format_contexts', 'parse_name_list',
            'translate_legacy_value', 'on_theano_configparser']
 
 MODES = ('auto', 'batch', 'layer')
+CHECK_ACTIONS = ('warn', 'error', 'off')
 
 _DEVICE_RE = re.compile(r'^(cuda\d*|opencl\d+:\d+)$')
 _NAME_RE = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*$')
@@ -87,6 +88,14 @@ def _filter_mode(value):
     return value
 
 
+def _filter_check(value):
+    if value not in CHECK_ACTIONS:
+        raise ConfigurationError(
+            "multigpu.check expects one of %s, but received %r; e.g. "
+            "THEANO_FLAGS='multigpu.check=error'" % ('/'.join(CHECK_ACTIONS), value))
+    return value
+
+
 def _filter_names(flag):
     def check(value):
         for name in parse_name_list(value):
@@ -112,6 +121,13 @@ def _register_settings(configparser):
     add('multigpu.master',
         'The context that holds the weights (default: the first one taking part).',
         Param('', filter=_filter_names('multigpu.master')), in_c_key=False)
+    add('multigpu.check',
+        "What to do when a compiled function's heavy ops do not run on the "
+        "context that holds their data: 'warn', 'error' or 'off'.",
+        Param('warn', filter=_filter_check), in_c_key=False)
+    add('multigpu.report',
+        'Print the placement report of each function at its first call.',
+        configparser.BoolParam(False), in_c_key=False)
 
 
 # The old CUDA backend's flags, which Theano 1.0 removed.

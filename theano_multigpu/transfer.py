@@ -13,16 +13,33 @@ from theano import gof, tensor
 from theano.gpuarray.basic_ops import HostFromGpu, as_gpuarray_variable, host_from_gpu
 from theano.gpuarray.type import GpuArrayType, get_context
 
-__all__ = ['ToContext', 'to_context', 'on_context']
+__all__ = ['ToContext', 'to_context', 'on_context', 'bytes_moved']
+
+# {(source, destination): bytes} copied by ToContext since the process
+# started; source is a context name or 'host'.  The placement report reads
+# it around a call: what moved, measured, not estimated.
+bytes_moved = {}
+
+
+def _count(source, destination, array):
+    key = (source, destination)
+    bytes_moved[key] = bytes_moved.get(key, 0) + int(array.size) * array.dtype.itemsize
 
 
 class ToContext(gof.Op):
-    """Copy a host tensor or a GPU array of any context to context ``name``."""
-    __props__ = ('context_name',)
+    """Copy a host tensor or a GPU array of any context to context ``name``.
+
+    ``came_from`` names the context a host-typed input is computed on
+    (Keras's graphs are host graphs until the optimizer lifts them): the
+    gradient is sent back there, so a replica's backward stays on its
+    context.  Without it the gradient of a host input stays on the host.
+    """
+    __props__ = ('context_name', 'came_from')
     _f16_ok = True
 
-    def __init__(self, context_name):
+    def __init__(self, context_name, came_from=None):
         self.context_name = context_name
+        self.came_from = came_from
 
     def __str__(self):
         return 'ToContext<%s>' % (self.context_name,)
@@ -35,15 +52,18 @@ class ToContext(gof.Op):
         return gof.Apply(self, [x], [out])
 
     def perform(self, node, inputs, outputs):
+        import pygpu
         x, = inputs
         context = get_context(self.context_name)
-        if isinstance(node.inputs[0].type, GpuArrayType):
+        source_type = node.inputs[0].type
+        if isinstance(source_type, GpuArrayType):
             # libgpuarray copies between contexts in one segment only.
-            import pygpu
             outputs[0][0] = pygpu.gpuarray.ascontiguousarray(x).transfer(context)
+            source = source_type.context_name
         else:
-            import pygpu
             outputs[0][0] = pygpu.gpuarray.array(x, context=context)
+            source = 'host'
+        _count(source, self.context_name, x)
 
     def grad(self, inputs, output_grads):
         x, = inputs
@@ -51,6 +71,8 @@ class ToContext(gof.Op):
         gz = as_gpuarray_variable(gz, self.context_name)
         if isinstance(x.type, GpuArrayType):
             return [ToContext(x.type.context_name)(gz)]
+        if self.came_from is not None:
+            return [host_from_gpu(ToContext(self.came_from)(gz))]
         return [host_from_gpu(gz)]
 
     def R_op(self, inputs, eval_points):
@@ -60,21 +82,24 @@ class ToContext(gof.Op):
         return shapes
 
 
-def to_context(x, name):
-    """``x`` (host or GPU) as a GPU array on context ``name``."""
+def to_context(x, name, came_from=None):
+    """``x`` (host or GPU) as a GPU array on context ``name``; ``came_from``
+    is the context a host-typed ``x`` is computed on, if any."""
     if isinstance(x.type, GpuArrayType) and x.type.context_name == name:
         return x
     if x.owner is not None and isinstance(x.owner.op, HostFromGpu):
         x = x.owner.inputs[0]
         if x.type.context_name == name:
             return x
-    return ToContext(name)(x)
+    if came_from == name:
+        return as_gpuarray_variable(x, name)
+    return ToContext(name, came_from)(x)
 
 
-def on_context(x, name):
+def on_context(x, name, came_from=None):
     """``x`` moved to context ``name``, as a host-typed tensor that the
     optimizer computes with on that context."""
-    return host_from_gpu(to_context(x, name))
+    return host_from_gpu(to_context(x, name, came_from))
 
 
 @gof.local_optimizer([ToContext])
@@ -87,7 +112,7 @@ def local_to_context_from_host_view(node):
         source = x.owner.inputs[0]
         if source.type.context_name == node.op.context_name:
             return [source]
-        return [ToContext(node.op.context_name)(source)]
+        return [ToContext(node.op.context_name, node.op.came_from)(source)]
     return False
 
 

@@ -4,13 +4,13 @@
 # An unchanged Keras 1.2.2 script, examples/digits_mlp.py, trains through the
 # shim on pocl's OpenCL devices, which stand in for GPUs on the CPU.  Each
 # step says what it runs before it runs it.  Run some steps only with
-#     DEMO_STEPS="info one_context" tools/demo.sh
+#     DEMO_STEPS="info batch_wise" tools/demo.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PYTHON=.venv/bin/python
 MIN_ACCURACY=0.95
-ALL_STEPS="info one_context"
+ALL_STEPS="info one_context batch_wise"
 
 if [ ! -x "$PYTHON" ]; then
   echo "demo: expected the virtual environment $PYTHON, which is not there; run tools/setup.sh (or make demo)" >&2
@@ -44,6 +44,7 @@ train_digits() {
     return 1
   fi
   echo "   test accuracy: $accuracy (expected >= $MIN_ACCURACY)"
+  LAST_ACCURACY=$accuracy
   if ! "$PYTHON" -c "import sys; sys.exit(float(sys.argv[1]) < float(sys.argv[2]))" "$accuracy" "$MIN_ACCURACY"; then
     echo "demo: test accuracy $accuracy is below $MIN_ACCURACY" >&2
     return 1
@@ -58,6 +59,13 @@ step_info() {
 step_one_context() {
   say "Step one_context: examples/digits_mlp.py (unchanged Keras 1.2.2) through the shim on one pocl context; about 2-3 minutes on pocl, less once compiled"
   train_digits "contexts=dev0->opencl0:0"
+  ONE_CONTEXT_ACCURACY=$LAST_ACCURACY
+}
+
+step_batch_wise() {
+  say "Step batch_wise: the same script, batch-wise on two pocl contexts, with the placement report of each function (multigpu.report=True)"
+  train_digits "contexts=dev0->opencl0:0;dev1->opencl0:1,multigpu.report=True"
+  echo "   test accuracy: one context ${ONE_CONTEXT_ACCURACY:-(step one_context not run)}, two contexts batch-wise $LAST_ACCURACY"
 }
 
 for step in ${DEMO_STEPS:-$ALL_STEPS}; do

@@ -1,13 +1,17 @@
 """Child script: build named models with fixed weights and data, train each
 for a few steps, and save what the tests compare.
 
-    python train_models.py OUT.npz STEPS BATCH MODEL [MODEL ...]
+    python train_models.py OUT.npz STEPS BATCH MODEL[@BATCH] [MODEL ...]
 
-For each MODEL it stores ``MODEL/w<i>`` (weights after training),
-``MODEL/loss`` (the per-step outputs), ``MODEL/pred`` and ``MODEL/eval``,
-and ``MODEL/contexts`` (the contexts the compiled train function's heavy ops
-run on).  Runs unchanged on any backend.
+For each MODEL (trained at BATCH rows, or at the rows after its '@') it
+stores under its name: ``w<i>`` (weights after training), ``first/w<i>``
+(after the first step), ``loss`` (the per-step outputs), ``pred`` and
+``eval`` (at the same batch), ``contexts`` (the contexts the compiled train
+function's heavy ops run on) and, under the shim, ``misplaced`` (heavy ops
+the placement check flags in the train, test and predict functions).  Runs
+unchanged on any backend.
 """
+import os
 import sys
 
 import numpy as np
@@ -39,6 +43,12 @@ def build(name, rng, n):
         model.compile(loss='categorical_crossentropy', optimizer=Adam(lr=0.01),
                       metrics=['accuracy'])
         x = rng.rand(n, 1, 8, 8).astype('float32')
+        y = np.eye(3)[rng.randint(0, 3, n)].astype('float32')
+    elif name == 'mlp_dropout':
+        model = Sequential([Dense(16, input_dim=8, activation='relu'), Dropout(0.5),
+                            Dense(3, activation='softmax')])
+        model.compile(loss='categorical_crossentropy', optimizer=SGD(lr=0.1))
+        x = rng.rand(n, 8).astype('float32')
         y = np.eye(3)[rng.randint(0, 3, n)].astype('float32')
     elif name in ('lstm', 'gru'):
         recurrent = LSTM if name == 'lstm' else GRU
@@ -82,14 +92,37 @@ def heavy_op_contexts(theano_function):
     return counts
 
 
+def misplaced_heavy_ops(model):
+    """Heavy ops of the compiled functions that the shim's placement check
+    flags, as strings; None on another backend."""
+    if os.environ.get('KERAS_BACKEND') != 'theano_multigpu':
+        return None
+    from theano_multigpu import mesh, placement
+    model = getattr(model, 'model', model)
+    flagged = []
+    for attribute in ('train_function', 'test_function', 'predict_function'):
+        function = getattr(model, attribute, None)
+        if function is not None:
+            flagged += ['%s: %s on %s, expected %s' % ((attribute,) + item) for item in
+                        placement.misplaced(function.function.maker.fgraph, mesh.current())]
+    return np.array(flagged, dtype=str)
+
+
 def main():
-    out, steps, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    out, steps = sys.argv[1], int(sys.argv[2])
     results = {}
     for name in sys.argv[4:]:
+        model_name, _, rows = name.partition('@')
         rng = np.random.RandomState(1234)
-        model, x, y, kwargs = build(name, rng, batch)
-        losses = [np.hstack(np.atleast_1d(model.train_on_batch(x, y, **kwargs)))
-                  for _ in range(steps)]
+        np.random.seed(1234)   # Keras seeds its dropout generators from numpy's
+        batch = int(rows or sys.argv[3])
+        model, x, y, kwargs = build(model_name, rng, batch)
+        losses = []
+        for step in range(steps):
+            losses.append(np.hstack(np.atleast_1d(model.train_on_batch(x, y, **kwargs))))
+            if step == 0:
+                for i, w in enumerate(model.get_weights()):
+                    results['%s/first/w%d' % (name, i)] = w
         for i, w in enumerate(model.get_weights()):
             results['%s/w%d' % (name, i)] = w
         results[name + '/loss'] = np.array(losses)
@@ -101,7 +134,10 @@ def main():
         train = getattr(model, 'model', model).train_function.function
         contexts = heavy_op_contexts(train)
         results[name + '/contexts'] = np.array(sorted(contexts))
-        print(name, 'heavy ops per context:', contexts, flush=True)
+        flagged = misplaced_heavy_ops(model)
+        if flagged is not None:
+            results[name + '/misplaced'] = flagged
+        print(name, 'heavy ops per context:', contexts, 'misplaced:', flagged, flush=True)
     np.savez(out, **results)
 
 
