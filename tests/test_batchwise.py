@@ -90,8 +90,13 @@ def test_batch_normalisation_running_statistics_are_the_full_batch(runs, n):
     for index in (4, 5):   # BatchNormalization's running mean and std
         key = 'cnn_bn/first/w%d' % index
         np.testing.assert_allclose(many[key], one[key], rtol=RTOL, atol=ATOL, err_msg=key)
-    assert np.all(np.isfinite(many['cnn_bn/loss']))
-    assert not np.allclose(many['cnn_bn/w0'], one['cnn_bn/w0'], rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize('n', [2, 4])
+def test_batch_normalisation_trains(runs, n):
+    for key in [k for k in runs[n] if k.startswith('cnn_bn/')]:
+        if runs[n][key].dtype.kind == 'f':
+            assert np.all(np.isfinite(runs[n][key])), key
 
 
 def test_stateful_recurrent_layer_stops_with_a_clear_error(home):

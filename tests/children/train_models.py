@@ -76,6 +76,9 @@ def build(name, rng, n):
         raise SystemExit('unknown model %r' % name)
     model.set_weights([(rng.randn(*w.shape) * 0.3).astype('float32')
                        for w in model.get_weights()])
+    for layer in model.layers:   # a variance is positive
+        if hasattr(layer, 'running_std'):
+            layer.running_std.set_value(np.abs(layer.running_std.get_value()) + 0.5)
     return model, x, y, kwargs
 
 
