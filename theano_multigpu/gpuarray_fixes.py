@@ -182,27 +182,24 @@ def _mrg_uniform_new(cls, rstate, ndim, dtype, size):
 _installed = set()
 
 
+def _register(name, local_optimizer, position):
+    theano.compile.optdb.register(name, gof.TopoOptimizer(local_optimizer), position,
+                                  'fast_run', 'fast_compile', 'multigpu')
+
+
 def install(several_contexts=False):
-    """Apply the fixes once: the first two always, the others only when
-    several contexts take part (one context keeps stock's graph).
-    The new search replaces the code of Theano's function, so the modules
-    that imported it by name get it too."""
+    """Apply the fixes once: context inference, contiguous copies and the
+    random generator's context always, the others only when several
+    contexts take part (one context keeps stock's graph).  The new search
+    replaces the code of Theano's function, so the modules that imported it
+    by name get it too."""
     if 'base' not in _installed:
         basic_ops.infer_context_name.__code__ = _infer_context_name.__code__
-        theano.compile.optdb.register(
-            'multigpu_gpu_to_gpu_contiguous',
-            gof.TopoOptimizer(local_gpu_to_gpu_contiguous),
-            49.6, 'fast_run', 'fast_compile', 'multigpu')
+        _register('multigpu_gpu_to_gpu_contiguous', local_gpu_to_gpu_contiguous, 49.6)
         GPUA_mrg_uniform.new = _mrg_uniform_new
         _installed.add('base')
     if several_contexts and 'several' not in _installed:
-        theano.compile.optdb.register(
-            'multigpu_softmax_grad_elementwise',
-            gof.TopoOptimizer(local_softmax_grad_elementwise),
-            48.4, 'fast_run', 'fast_compile', 'multigpu')
-        theano.compile.optdb.register(
-            'multigpu_alloc_on_clients_context',
-            gof.TopoOptimizer(local_alloc_on_clients_context),
-            48.45, 'fast_run', 'fast_compile', 'multigpu')
+        _register('multigpu_softmax_grad_elementwise', local_softmax_grad_elementwise, 48.4)
+        _register('multigpu_alloc_on_clients_context', local_alloc_on_clients_context, 48.45)
         ScanMerge.belongs_to_set = _belongs_to_set
         _installed.add('several')
