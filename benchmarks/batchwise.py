@@ -12,14 +12,12 @@ bytes moved per step against the model's parameter bytes.
 
     python benchmarks/batchwise.py [--rounds 20] [--models mlp,cnn]
 """
-import argparse
 import os
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import median, record  # noqa: E402
-from one_context import Worker  # noqa: E402
+from harness import median  # noqa: E402
+from one_context import models_main, shim_workers  # noqa: E402
 
 COMMAND = 'python benchmarks/batchwise.py'
 CONTEXTS = {1: 'contexts=dev0->opencl0:0',
@@ -30,12 +28,7 @@ COMPILES = 3
 
 def measure(rounds, models):
     """(step seconds, compile seconds, moved bytes) per model and count."""
-    base = tempfile.mkdtemp(prefix='batchwise_')
-    workers = {}
-    for n, flags in CONTEXTS.items():
-        home = os.path.join(base, 'contexts%d' % n)
-        os.makedirs(home)
-        workers[n] = Worker(home, 'theano_multigpu', flags, None)
+    workers = shim_workers('batchwise_', CONTEXTS)
     try:
         steps = {name: {n: [] for n in workers} for name in models}
         compiles = {name: {n: [] for n in workers} for name in models}
@@ -103,16 +96,7 @@ def figures_for(steps, compiles, moved):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--rounds', type=int, default=20,
-                        help='steps timed per configuration and model (default 20)')
-    parser.add_argument('--models', default='mlp,cnn',
-                        help='comma-separated, from benchmarks/models.py (default mlp,cnn)')
-    args = parser.parse_args(argv)
-    print('batch-wise on pocl, 1, 2 and 4 contexts, same global batch:', flush=True)
-    figures = figures_for(*measure(args.rounds, args.models.split(',')))
-    record(figures)
-    return figures
+    return models_main(argv, __doc__, 'mlp,cnn', 'batch-wise on pocl, 1, 2 and 4 contexts, same global batch:', measure, figures_for)
 
 
 if __name__ == '__main__':

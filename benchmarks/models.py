@@ -17,16 +17,19 @@ import collections
 
 import numpy as np
 
-__all__ = ['MODELS', 'SIZES', 'Case', 'build']
+__all__ = ['MODELS', 'DEEP_MODELS', 'SIZES', 'Case', 'build']
 
 MODELS = ('mlp', 'cnn', 'lstm', 'functional')
+# Deeper models, for layer-wise mode (several layers to spread).
+DEEP_MODELS = ('deep_mlp', 'deep_cnn')
 
 # Per size: batch and the dimensions of each model.
 SIZES = {
     'test': dict(batch=16, mlp=(8, 16, 3), cnn=(1, 8, 4, 3), lstm=(5, 4, 7, 3),
-                 functional=(4, 3, 5)),
+                 functional=(4, 3, 5), deep_mlp=(8, 16, 8, 3), deep_cnn=(1, 12, 4, 8, 3)),
     'bench': dict(batch=64, mlp=(64, 256, 10), cnn=(1, 28, 16, 10), lstm=(20, 16, 64, 10),
-                  functional=(32, 16, 64)),
+                  functional=(32, 16, 64), deep_mlp=(64, 256, 8, 10),
+                  deep_cnn=(1, 28, 32, 64, 10)),
 }
 
 Case = collections.namedtuple('Case', 'name model x y')
@@ -47,9 +50,9 @@ def build(name, size='test', seed=1234, batch=None):
     from keras.models import Model, Sequential
     from keras.optimizers import SGD, Adam, RMSprop
 
-    if name not in MODELS:
+    if name not in MODELS + DEEP_MODELS:
         raise ValueError('build expects a model name from %s, but received %r'
-                         % (MODELS, name))
+                         % (MODELS + DEEP_MODELS, name))
     dims = SIZES[size]
     n = batch or dims['batch']
     rng = np.random.RandomState(seed)
@@ -72,6 +75,30 @@ def build(name, size='test', seed=1234, batch=None):
             Dense(classes, activation='softmax')])
         model.compile(loss='categorical_crossentropy', metrics=['accuracy'],
                       optimizer=Adam(lr=0.01))
+        x = rng.rand(n, channels, side, side).astype('float32')
+        y = _onehot(rng, n, classes)
+    elif name == 'deep_mlp':
+        inputs, hidden, depth, classes = dims['deep_mlp']
+        layers = [Dense(hidden, input_dim=inputs, activation='relu')]
+        layers += [Dense(hidden, activation='relu') for _ in range(depth - 1)]
+        model = Sequential(layers + [Dense(classes, activation='softmax')])
+        model.compile(loss='categorical_crossentropy', optimizer=Adam(lr=0.001))
+        x = rng.rand(n, inputs).astype('float32')
+        y = _onehot(rng, n, classes)
+    elif name == 'deep_cnn':
+        channels, side, narrow, wide, classes = dims['deep_cnn']
+        conv = dict(activation='relu', dim_ordering='th', border_mode='same')
+        model = Sequential([
+            Convolution2D(narrow, 3, 3, input_shape=(channels, side, side), **conv),
+            Convolution2D(narrow, 3, 3, **conv),
+            MaxPooling2D((2, 2), dim_ordering='th'),
+            Convolution2D(wide, 3, 3, **conv),
+            Convolution2D(wide, 3, 3, **conv),
+            MaxPooling2D((2, 2), dim_ordering='th'),
+            Flatten(),
+            Dense(wide, activation='relu'),
+            Dense(classes, activation='softmax')])
+        model.compile(loss='categorical_crossentropy', optimizer=Adam(lr=0.001))
         x = rng.rand(n, channels, side, side).astype('float32')
         y = _onehot(rng, n, classes)
     elif name == 'lstm':

@@ -62,6 +62,33 @@ class Worker(object):
         self.log.close()
 
 
+def shim_workers(prefix, contexts):
+    """{n: Worker} on the shim, one per THEANO_FLAGS in ``contexts`` ({n: flags})."""
+    base = tempfile.mkdtemp(prefix=prefix)
+    workers = {}
+    for n, flags in contexts.items():
+        home = os.path.join(base, 'contexts%d' % n)
+        os.makedirs(home)
+        workers[n] = Worker(home, 'theano_multigpu', flags, None)
+    return workers
+
+
+def models_main(argv, doc, default_models, title, measure, figures_for):
+    """The command line of a benchmark over models (--rounds, --models):
+    measure, print, record the figures and return them."""
+    parser = argparse.ArgumentParser(description=doc.split('\n')[0])
+    parser.add_argument('--rounds', type=int, default=20,
+                        help='steps timed per configuration and model (default 20)')
+    parser.add_argument('--models', default=default_models,
+                        help='comma-separated, from benchmarks/models.py (default %s)'
+                        % default_models)
+    args = parser.parse_args(argv)
+    print(title, flush=True)
+    figures = figures_for(*measure(args.rounds, args.models.split(',')))
+    record(figures)
+    return figures
+
+
 def measure(configuration, rounds, models=MODELS):
     """{model: {'stock': [seconds...], 'shim': [...]}} for ``configuration``."""
     base = tempfile.mkdtemp(prefix='one_context_')

@@ -6,7 +6,9 @@ runs warm-up steps (compiling); ``{"time": NAME, "steps": K}`` answers the
 seconds of each of K ``train_on_batch`` calls; ``{"compile": NAME}`` builds
 NAME afresh and answers the seconds its train function takes to compile;
 ``{"moved": NAME}`` (under the shim) answers the bytes the shim's transfers
-moved in one step and the model's parameter bytes.  Each reply is one JSON
+moved in one step and the model's parameter bytes; ``{"placement": NAME}``
+(layer-wise) answers, per context, the bytes resident for the compiled
+train function and the bytes the plan counted for NAME's layers.  Each reply is one JSON
 line.
 """
 import json
@@ -18,6 +20,21 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from models import build  # noqa: E402
 
 WARM_UP_STEPS = 3
+
+
+def placement_of(model):
+    """{'resident': {context: bytes}, 'planned': {context: bytes}}."""
+    from theano_multigpu import layerwise, mesh, placement
+    model = getattr(model, 'model', model)
+    current = mesh.current()
+    resident = placement.resident_bytes(model.train_function.function, current)
+    plan = layerwise.current_plan()
+    layers = set(layer.name for layer in model.layers)
+    planned = dict((name, sum(n.total for n in plan.needs
+                              if n.name in layers and plan.contexts[n.name] == name))
+                   for name in current.names)
+    return {'resident': dict((name, resident.get(name, 0)) for name in current.names),
+            'planned': planned}
 
 
 def main():
@@ -46,6 +63,8 @@ def main():
             case.model.train_on_batch(case.x, case.y)
             answer = {'bytes': sum(transfer.bytes_moved.values()) - before,
                       'parameter_bytes': sum(w.nbytes for w in case.model.get_weights())}
+        elif 'placement' in request:
+            answer = placement_of(cases[request['placement']].model)
         else:
             case = cases[request['time']]
             times = []

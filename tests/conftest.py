@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -17,6 +18,34 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
                                 'benchmarks'))
 from harness import CACHE, PYTHON, REPO  # noqa: E402,F401
 from harness import child_env as python_env  # noqa: E402,F401
+
+
+CHILDREN = os.path.join(REPO, 'tests', 'children')
+# Contexts on the two pocl devices; three and four reuse each device.
+ONE = 'contexts=dev0->opencl0:0'
+TWO = 'contexts=dev0->opencl0:0;dev1->opencl0:1'
+THREE = 'contexts=dev0->opencl0:0;dev1->opencl0:1;dev2->opencl0:0'
+FOUR = 'contexts=dev0->opencl0:0;dev1->opencl0:1;dev2->opencl0:0;dev3->opencl0:1'
+
+
+def train_models(base, flags, models, steps, batch):
+    """{configuration: {key: array}}: tests/children/train_models.py's
+    results for each configuration (a key of ``flags`` and ``models``),
+    the children running side by side."""
+    import numpy as np
+
+    def train(key):
+        home = base / ('home_%s' % key)
+        home.mkdir()
+        out = str(home / 'out.npz')
+        run_python(home, flags=flags[key], timeout=1500,
+                   args=[os.path.join(CHILDREN, 'train_models.py'), out, str(steps),
+                         str(batch)] + list(models[key]))
+        return dict(np.load(out))
+
+    with ThreadPoolExecutor(len(flags)) as pool:
+        futures = dict((key, pool.submit(train, key)) for key in flags)
+        return dict((key, future.result()) for key, future in futures.items())
 
 
 def have_pocl_devices(n=2):

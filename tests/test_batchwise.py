@@ -7,21 +7,15 @@ writes an .npz; the configurations run side by side.  Batch 10 splits
 evenly over 2 contexts and unevenly over 4 (2, 3, 2, 3 rows); ``mlp@3`` and
 ``mlp@1`` train on batches smaller than the number of contexts.
 """
-import os
 import textwrap
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
-from conftest import REPO, needs_pocl, run_python
+from conftest import FOUR, ONE, TWO, needs_pocl, run_python, train_models
 
 pytestmark = needs_pocl
 
-CHILDREN = os.path.join(REPO, 'tests', 'children')
-ONE = 'contexts=dev0->opencl0:0'
-TWO = 'contexts=dev0->opencl0:0;dev1->opencl0:1'
-FOUR = 'contexts=dev0->opencl0:0;dev1->opencl0:1;dev2->opencl0:0;dev3->opencl0:1'
 CONFIGURATIONS = {1: ONE, 2: TWO, 4: FOUR}
 # The context names heavy ops run on (the master is Theano's default, None).
 GRAPH_NAMES = {2: ['None', 'dev1'], 4: ['None', 'dev1', 'dev2', 'dev3']}
@@ -29,31 +23,19 @@ GRAPH_NAMES = {2: ['None', 'dev1'], 4: ['None', 'dev1', 'dev2', 'dev3']}
 # Dropout too: each replica takes its rows of the masks drawn for the batch.
 EXACT = ['mlp', 'cnn', 'lstm', 'gru', 'functional', 'mlp_dropout', 'mlp@3', 'mlp@1']
 MODELS = EXACT + ['cnn_bn']
-# The recurrent models are the slow ones on pocl (a Python loop over small
-# kernels, compiled once per context), so 4 contexts train the others.
-RECURRENT = ('lstm', 'gru')
-MODELS_ON = {1: MODELS, 2: MODELS, 4: [m for m in MODELS if m not in RECURRENT]}
+# To keep the suite short (compiling dominates), 4 contexts train the models
+# whose split differs from 2 contexts': uneven slices (batch 10 as 2, 3, 2,
+# 3 rows) and a batch smaller than the number of contexts (mlp@3).
+MODELS_ON = {1: MODELS, 2: MODELS, 4: ['mlp', 'cnn', 'functional', 'mlp@3']}
 STEPS, BATCH = 5, 10
 RTOL, ATOL = 1e-4, 1e-6
-
-
-def _train(base, n):
-    home = base / ('home%d' % n)
-    home.mkdir()
-    out = str(home / 'out.npz')
-    run_python(home, flags=CONFIGURATIONS[n], timeout=1500,
-               args=[os.path.join(CHILDREN, 'train_models.py'), out, str(STEPS), str(BATCH)]
-               + MODELS_ON[n])
-    return dict(np.load(out))
 
 
 @pytest.fixture(scope='module')
 def runs(tmp_path_factory):
     """{number of contexts: {key: array}} of train_models.py's results."""
-    base = tmp_path_factory.mktemp('batchwise')
-    with ThreadPoolExecutor(len(CONFIGURATIONS)) as pool:
-        futures = {n: pool.submit(_train, base, n) for n in CONFIGURATIONS}
-        return {n: future.result() for n, future in futures.items()}
+    return train_models(tmp_path_factory.mktemp('batchwise'), CONFIGURATIONS, MODELS_ON,
+                        STEPS, BATCH)
 
 
 def _keys(results, name, prefix=''):
@@ -81,7 +63,7 @@ def test_every_context_computes_and_placement_holds(runs, n, name):
     assert list(runs[n][name + '/misplaced']) == []
 
 
-@pytest.mark.parametrize('n', [2, 4])
+@pytest.mark.parametrize('n', [2])
 def test_batch_normalisation_running_statistics_are_the_full_batch(runs, n):
     """Each replica normalises with its slice's statistics, so weights
     differ from one context's; the running mean and std are computed from
@@ -92,7 +74,7 @@ def test_batch_normalisation_running_statistics_are_the_full_batch(runs, n):
         np.testing.assert_allclose(many[key], one[key], rtol=RTOL, atol=ATOL, err_msg=key)
 
 
-@pytest.mark.parametrize('n', [2, 4])
+@pytest.mark.parametrize('n', [2])
 def test_batch_normalisation_trains(runs, n):
     for key in [k for k in runs[n] if k.startswith('cnn_bn/')]:
         if runs[n][key].dtype.kind == 'f':
@@ -177,49 +159,3 @@ def test_report_shows_each_context_share_ops_and_bytes(home):
     for row in rows.values():
         assert 'GpuDot22' in row and 'GpuSoftmaxWithBias x1' in row
     assert rows['dev1'].split()[5:7] == ['0', 'B']   # nothing resident on a replica
-
-
-@pytest.fixture(scope='module')
-def fits(tmp_path_factory):
-    """fit_digits.py's results on 1 and 2 contexts, and the 2-context run's
-    files loaded by plain Keras-Theano (no shim, on the CPU)."""
-    base = tmp_path_factory.mktemp('fits')
-
-    def fit(n):
-        home = base / ('home%d' % n)
-        home.mkdir()
-        run_python(home, flags=CONFIGURATIONS[n], timeout=1500,
-                   args=[os.path.join(CHILDREN, 'fit_digits.py'), 'train', str(home)])
-        return home
-
-    with ThreadPoolExecutor(2) as pool:
-        homes = dict(zip((1, 2), pool.map(fit, (1, 2))))
-    run_python(homes[2], backend='theano', extra_env={'THEANO_MULTIGPU_COMPAT': '1'},
-               args=[os.path.join(CHILDREN, 'fit_digits.py'), 'load', str(homes[2])])
-    return ({n: dict(np.load(str(home / 'results.npz'))) for n, home in homes.items()},
-            dict(np.load(str(homes[2] / 'loaded.npz'))))
-
-
-def test_fit_with_callbacks_matches_one_context(fits):
-    results, _ = fits
-    one, two = results[1], results[2]
-    assert sorted(one) == sorted(two)
-    assert int(two['epochs']) == int(one['epochs'])
-    assert 1 < int(one['epochs']) < 6   # EarlyStopping stopped it
-    for key in sorted(one):
-        np.testing.assert_allclose(two[key], one[key], rtol=RTOL, atol=ATOL, err_msg=key)
-
-
-def test_weights_are_never_stale(fits):
-    results, _ = fits
-    two = results[2]
-    assert not np.allclose(two['pred_half'], two['pred'], atol=1e-3)
-    assert not np.allclose(two['pred_zero_kernel'], two['pred_half'], atol=1e-3)
-    np.testing.assert_allclose(two['pred_reloaded'], two['pred'], rtol=1e-6, atol=1e-7)
-    assert two['pred_checkpoint'].shape == two['pred'].shape
-
-
-def test_files_saved_batch_wise_load_in_plain_keras(fits):
-    results, loaded = fits
-    np.testing.assert_allclose(loaded['pred_model'], results[2]['pred'], rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(loaded['pred_weights'], results[2]['pred'], rtol=1e-5, atol=1e-6)

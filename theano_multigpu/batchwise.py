@@ -19,30 +19,10 @@ from theano.gpuarray.basic_ops import HostFromGpu
 from theano.gpuarray.type import GpuArrayType
 from theano.sandbox.rng_mrg import mrg_uniform
 
+from .gradients import real_gradients, stand_ins_in
 from .transfer import on_context
 
-__all__ = ['GradientStandIn', 'gradient_stand_ins', 'rewrite', 'slice_bounds',
-           'SplitFunction']
-
-
-class GradientStandIn(object):
-    """What ``K.gradients(loss, params)`` stood in for, per stand-in variable."""
-
-    def __init__(self, loss, param):
-        self.loss = loss
-        self.param = param
-
-
-def gradient_stand_ins(loss, params):
-    """Variables of each param's type, to be replaced by the real gradients
-    of the rewritten loss when the function is compiled."""
-    stand_ins = []
-    for param in params:
-        stand_in = tensor.TensorType(param.dtype, param.broadcastable)()
-        stand_in.name = 'grad_of_%s' % (param.name or 'param')
-        stand_in.tag.multigpu_gradient = GradientStandIn(loss, param)
-        stand_ins.append(stand_in)
-    return stand_ins
+__all__ = ['rewrite', 'slice_bounds', 'SplitFunction']
 
 
 def slice_bounds(batch_size, n_replicas):
@@ -77,11 +57,6 @@ def _depends_on_shared(variable):
     return any(isinstance(v, SharedVariable) for v in gof.graph.inputs([variable]))
 
 
-def _stand_ins_in(roots):
-    return [v for v in gof.graph.inputs(roots)
-            if getattr(v.tag, 'multigpu_gradient', None) is not None]
-
-
 def _replica_replacements(frontier, inputs, context, bounds):
     """Replacements that make ``frontier`` compute on ``context``: each
     batch input sliced and moved there, each weight's host view read from
@@ -113,7 +88,7 @@ def rewrite(inputs, outputs, updates, mesh):
     update_values = [new for _, new in updates]
     roots = list(outputs) + update_values
     frontier = find_frontier(roots)
-    stand_ins = _stand_ins_in(roots)
+    stand_ins = stand_ins_in(roots)
     if not frontier:
         if stand_ins:
             raise RuntimeError('K.gradients was called on a graph with no Keras '
@@ -138,15 +113,7 @@ def rewrite(inputs, outputs, updates, mesh):
         gathered[variable] = tensor.concatenate(pieces, axis=0)
 
     # The real gradients, of the loss computed from the gathered frontier.
-    by_loss = {}
-    for stand_in in stand_ins:
-        by_loss.setdefault(stand_in.tag.multigpu_gradient.loss, []).append(stand_in)
-    for loss, loss_stand_ins in by_loss.items():
-        rewritten_loss = theano.clone(loss, replace=gathered, strict=False)
-        params = [s.tag.multigpu_gradient.param for s in loss_stand_ins]
-        grads = theano.grad(rewritten_loss, params)
-        for stand_in, grad in zip(loss_stand_ins, grads):
-            gathered[stand_in] = tensor.as_tensor_variable(grad)
+    gathered.update(real_gradients(stand_ins, gathered))
 
     new_roots = theano.clone(roots, replace=gathered, strict=False)
     new_outputs = new_roots[:len(outputs)]

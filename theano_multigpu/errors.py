@@ -1,6 +1,6 @@
 """The exceptions theano_multigpu raises."""
 
-__all__ = ['ConfigurationError', 'PlacementError']
+__all__ = ['ConfigurationError', 'PlacementError', 'PlanError']
 
 
 class ConfigurationError(ValueError):
@@ -12,3 +12,8 @@ class ConfigurationError(ValueError):
 
 class PlacementError(RuntimeError):
     """A compiled function does not run where the plan says it should."""
+
+
+class PlanError(ValueError):
+    """The layer-wise plan cannot place the model on the contexts' memory,
+    or the explicit layer map does not fit the model."""

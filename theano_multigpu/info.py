@@ -49,6 +49,8 @@ def collect():
         'multigpu.master': theano.config.multigpu.master or '(first)',
         'multigpu.check': theano.config.multigpu.check,
         'multigpu.report': theano.config.multigpu.report,
+        'multigpu.layer_map': theano.config.multigpu.layer_map or '(balanced plan)',
+        'multigpu.device_memory': theano.config.multigpu.device_memory or '(free memory)',
         'effective mode': mesh.mode,
         'blas.ldflags': theano.config.blas.ldflags,
     }

@@ -14,7 +14,7 @@ from . import mesh as mesh_module
 __all__ = ['TAKEN_OVER', 'install', 'stock']
 
 TAKEN_OVER = ('variable', 'function', 'gradients', 'get_value', 'set_value',
-              'batch_get_value', 'batch_set_value')
+              'batch_get_value', 'batch_set_value', 'eval')
 
 # Keras's own implementations, captured before they are replaced.
 stock = {}
@@ -22,10 +22,14 @@ stock = {}
 
 def variable(value, dtype=None, name=None):
     """A shared variable, placed on the master context when contexts are set
-    (by Theano itself when the master is its default context)."""
+    (by Theano itself when the master is its default context); in layer-wise
+    mode, on the context the plan gives its layer."""
     from keras.backend import floatx
     dtype = dtype or floatx()   # Keras 1.0.1's default is float64, 1.2's floatx
     mesh = mesh_module.current()
+    if mesh.mode == 'layer' and not hasattr(value, 'tocoo'):
+        from . import layerwise
+        return layerwise.new_variable(value, dtype, name)
     target = mesh.graph_name(mesh.master)
     if target is None or hasattr(value, 'tocoo'):
         return stock['variable'](value, dtype=dtype, name=name)
@@ -38,8 +42,12 @@ def variable(value, dtype=None, name=None):
 
 
 def function(inputs, outputs, updates=[], **kwargs):
-    """One Theano function; in batch-wise mode, spread over the contexts."""
+    """One Theano function; in batch-wise and layer-wise mode, spread over
+    the contexts."""
     mesh = mesh_module.current()
+    if mesh.mode == 'layer':
+        return _layerwise_function(list(inputs), list(outputs), _unique_updates(updates),
+                                   kwargs, mesh, _function_title(sys._getframe(1)))
     if mesh.mode != 'batch':
         if mesh.graph_name(mesh.master) is not None:
             _steer_to(inputs, mesh.graph_name(mesh.master))
@@ -67,6 +75,22 @@ def _compile_batchwise(inputs, outputs, updates, kwargs, mesh, title):
     if theano.config.multigpu.report:
         compiled = placement.FirstCallReport(compiled, mesh, title)
     return compiled
+
+
+def _layerwise_function(inputs, outputs, updates, kwargs, mesh, title):
+    """A Function compiled at its first call (the plan counts activations
+    at that batch size), its placement checked (and reported, if asked)."""
+    import theano
+    from . import layerwise, placement
+
+    def compile_for(batch_rows):
+        new_outputs, new_updates = layerwise.rewrite(inputs, outputs, updates, mesh, batch_rows)
+        compiled = stock['function'](inputs, new_outputs, updates=new_updates, **kwargs)
+        placement.check(compiled.function, mesh, theano.config.multigpu.check, title)
+        if theano.config.multigpu.report:
+            compiled = placement.FirstCallReport(compiled, mesh, title)
+        return compiled
+    return layerwise.LayerwiseFunction(compile_for)
 
 
 _KERAS_FUNCTIONS = {'_make_train_function': "Keras's train function",
@@ -118,11 +142,11 @@ def _unique_updates(updates):
 
 
 def gradients(loss, variables):
-    """Gradients; in batch-wise mode, stand-ins that ``function`` replaces by
-    the gradients of the batch-wise loss."""
-    if mesh_module.current().mode == 'batch':
-        from . import batchwise
-        return batchwise.gradient_stand_ins(loss, variables)
+    """Gradients; in batch-wise and layer-wise mode, stand-ins that
+    ``function`` replaces by the gradients of the rewritten loss."""
+    if mesh_module.current().mode in ('batch', 'layer'):
+        from .gradients import gradient_stand_ins
+        return gradient_stand_ins(loss, variables)
     return stock['gradients'](loss, variables)
 
 
@@ -132,6 +156,15 @@ def get_value(x):
 
 def set_value(x, value):
     return stock['set_value'](x, value)
+
+
+def eval(x):
+    """The value of ``x``; in layer-wise mode read from the weights' copies
+    on their contexts."""
+    if mesh_module.current().mode == 'layer':
+        from . import layerwise
+        x = layerwise.host_graph(x)
+    return stock['eval'](x)
 
 
 def batch_get_value(xs):

@@ -5,7 +5,8 @@ moves ops between contexts (DESIGN.md, trap 5).  Each variable gets the
 set of *owners* whose data it carries: the plan's own transfer into
 context ``c`` (ToContext) starts owner ``c`` afresh, every other op
 (Theano's own transfers included) unions its inputs' owners, except that
-shapes are metadata, owned by no one.  So a replica's forward and backward ops are
+shapes are metadata, owned by no one (and a fill, such as ones_like, reads
+only its first input's shape).  So a replica's forward and backward ops are
 owned by that replica alone, and whatever mixes several replicas (the
 gather, the loss, the gradient sum, the updates) by several.  The check:
 a heavy op owned by one replica runs on that replica's context; one owned
@@ -16,6 +17,7 @@ import sys
 
 from theano.compile import SharedVariable
 from theano.compile.ops import Shape, Shape_i
+from theano.scalar import Second
 from theano.gpuarray.type import GpuArrayType
 
 from . import transfer
@@ -63,6 +65,9 @@ def _owners(fgraph, mesh):
             mine = frozenset([_context_of(node.outputs[0], mesh)])
         elif isinstance(node.op, (Shape, Shape_i)):
             mine = frozenset()
+        elif isinstance(getattr(node.op, 'scalar_op', None), Second):
+            # fill(x, v) (ones_like, zeros_like) reads x's shape only
+            mine = frozenset().union(*[owners.get(v, frozenset()) for v in node.inputs[1:]])
         else:
             mine = frozenset().union(*[owners.get(v, frozenset()) for v in node.inputs])
         for output in node.outputs:
@@ -127,18 +132,35 @@ def format_bytes(n):
     return '%d B' % n
 
 
-def format_report(title, rows):
-    """The report's text: ``rows`` are dicts with context, device, rows,
-    heavy ({op: count}), resident, moved_in and moved_out (bytes)."""
-    columns = '  %-9s %-10s %-14s %-11s %-11s %-11s %s'
+# (header, row key, width); the byte-valued keys are formatted as sizes.
+BATCH_COLUMNS = [('context', 'context', 9), ('device', 'device', 10),
+                 ('batch rows', 'rows', 14), ('resident', 'resident', 11),
+                 ('copied in', 'moved_in', 11), ('copied out', 'moved_out', 11),
+                 ('heavy ops', 'heavy', 0)]
+LAYER_COLUMNS = [('context', 'context', 9), ('device', 'device', 10),
+                 ('layers', 'layers', 28), ('resident', 'resident', 11),
+                 ('activations', 'activations', 11), ('copied in', 'moved_in', 11),
+                 ('copied out', 'moved_out', 11), ('heavy ops', 'heavy', 0)]
+_BYTE_KEYS = ('resident', 'activations', 'moved_in', 'moved_out')
+
+
+def _cell(row, key):
+    value = row[key]
+    if key in _BYTE_KEYS:
+        return format_bytes(value)
+    if key == 'heavy':
+        return ', '.join('%s x%d' % item for item in sorted(value.items())) or '-'
+    return str(value)
+
+
+def format_report(title, rows, columns=BATCH_COLUMNS):
+    """The report's text: ``rows`` are dicts with the keys of ``columns``."""
+    def line(cells):
+        return '  ' + ' '.join(cell.ljust(width) for cell, (_, _, width)
+                               in zip(cells, columns)).rstrip()
     lines = ['theano_multigpu placement report: %s' % title,
-             columns % ('context', 'device', 'batch rows', 'resident', 'copied in',
-                        'copied out', 'heavy ops')]
-    for row in rows:
-        heavy = ', '.join('%s x%d' % item for item in sorted(row['heavy'].items())) or '-'
-        lines.append(columns % (
-            row['context'], row['device'], row['rows'], format_bytes(row['resident']),
-            format_bytes(row['moved_in']), format_bytes(row['moved_out']), heavy))
+             line([header for header, _, _ in columns])]
+    lines += [line([_cell(row, key) for _, key, _ in columns]) for row in rows]
     return '\n'.join(lines)
 
 
@@ -174,6 +196,11 @@ def report(theano_function, mesh, title, batch_rows, moved):
     """The placement report of a compiled function after a call with
     ``batch_rows`` rows that moved ``moved`` ({(source, dest): bytes})."""
     from .batchwise import slice_bounds
+    if mesh.mode == 'layer':
+        from .layerwise import report_rows
+        return format_report('%s (* master; activations estimated for the plan\'s '
+                             'batch; bytes moved by this call)' % title,
+                             report_rows(theano_function, mesh, moved), LAYER_COLUMNS)
     heavy = heavy_op_counts(theano_function.maker.fgraph, mesh)
     resident = resident_bytes(theano_function, mesh)
     bounds = dict(zip(mesh.names, slice_bounds(batch_rows, len(mesh.names))))

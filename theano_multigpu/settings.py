@@ -13,6 +13,7 @@ import sys
 from .errors import ConfigurationError
 
 __all__ = ['MODES', 'parse_contexts_flag', 'format_contexts', 'parse_name_list',
+           'parse_size', 'parse_device_memory', 'parse_layer_map',
            'translate_legacy_value', 'on_theano_configparser']
 
 MODES = ('auto', 'batch', 'layer')
@@ -80,6 +81,64 @@ def parse_name_list(value):
     return [n for n in re.split(r'[;+\s]+', value.strip()) if n]
 
 
+_SIZE_RE = re.compile(r'^(\d+(?:\.\d*)?)\s*([KMGT]i?B|B)?$', re.IGNORECASE)
+_UNITS = {'b': 1, 'kb': 10 ** 3, 'mb': 10 ** 6, 'gb': 10 ** 9, 'tb': 10 ** 12,
+          'kib': 1 << 10, 'mib': 1 << 20, 'gib': 1 << 30, 'tib': 1 << 40}
+
+
+def parse_size(value, flag='multigpu.device_memory'):
+    """``'64MiB'`` -> 67108864; a plain number is bytes."""
+    match = _SIZE_RE.match(value.strip())
+    if not match:
+        raise ConfigurationError(
+            "%s expects a size such as 64MiB, 1.5GiB or 1000000 (bytes), but "
+            "received %r" % (flag, value))
+    number, unit = match.groups()
+    return int(float(number) * _UNITS[(unit or 'b').lower()])
+
+
+def parse_device_memory(value):
+    """``'64MiB'`` -> ``{None: bytes}`` (every context);
+    ``'dev0->64MiB;dev1->1GiB'`` -> ``{'dev0': ..., 'dev1': ...}``; '' -> {}."""
+    budgets = {}
+    for entry in value.split(';'):
+        entry = entry.strip()
+        if not entry:
+            continue
+        name, arrow, size = entry.rpartition('->')
+        if arrow and not _NAME_RE.match(name.strip()):
+            raise ConfigurationError(
+                "multigpu.device_memory expects a size for every context (64MiB) "
+                "or 'name->size' entries separated by ';', but received %r" % value)
+        budgets[name.strip() or None] = parse_size(size)
+    return budgets
+
+
+def parse_layer_map(value):
+    """``'dense_[12]->dev0;dense_3->dev1'`` -> ``[('dense_[12]', 'dev0'), ...]``:
+    layer-name patterns (shell style) and the context each goes to."""
+    pairs = []
+    for entry in value.split(';'):
+        entry = entry.strip()
+        if not entry:
+            continue
+        pattern, arrow, name = entry.rpartition('->')
+        if not arrow or not pattern.strip() or not _NAME_RE.match(name.strip()):
+            raise ConfigurationError(
+                "multigpu.layer_map expects 'pattern->context' entries separated by "
+                "';', e.g. 'dense_[12]->dev0;dense_3->dev1', but received %r "
+                "(entry %r)" % (value, entry))
+        pairs.append((pattern.strip(), name.strip()))
+    return pairs
+
+
+def _filter_with(parse):
+    def check(value):
+        parse(value)
+        return value
+    return check
+
+
 def _filter_mode(value):
     if value not in MODES:
         raise ConfigurationError(
@@ -128,6 +187,16 @@ def _register_settings(configparser):
     add('multigpu.report',
         'Print the placement report of each function at its first call.',
         configparser.BoolParam(False), in_c_key=False)
+    add('multigpu.layer_map',
+        "Layer-wise mode: which context holds which layers, as layer-name "
+        "patterns, e.g. 'dense_[12]->dev0;dense_3->dev1' (default: a plan "
+        "balanced by memory).",
+        Param('', filter=_filter_with(parse_layer_map)), in_c_key=False)
+    add('multigpu.device_memory',
+        "Layer-wise mode: the memory the plan may use on each context, e.g. "
+        "'64MiB', or per context 'dev0->64MiB;dev1->1GiB' (default: the "
+        "device's free memory).",
+        Param('', filter=_filter_with(parse_device_memory)), in_c_key=False)
 
 
 # The old CUDA backend's flags, which Theano 1.0 removed.

@@ -13,7 +13,11 @@ from theano import gof, tensor
 from theano.gpuarray.basic_ops import HostFromGpu, as_gpuarray_variable, host_from_gpu
 from theano.gpuarray.type import GpuArrayType, get_context
 
-__all__ = ['ToContext', 'to_context', 'on_context', 'bytes_moved']
+__all__ = ['ToContext', 'to_context', 'on_context', 'bytes_moved', 'FROM_HOST']
+
+# ``came_from`` of a value computed on the host (no context name, not even
+# Theano's default context None, can be spelt like this).
+FROM_HOST = '<host>'
 
 # {(source, destination): bytes} copied by ToContext since the process
 # started; source is a context name or 'host'.  The placement report reads
@@ -30,14 +34,15 @@ class ToContext(gof.Op):
     """Copy a host tensor or a GPU array of any context to context ``name``.
 
     ``came_from`` names the context a host-typed input is computed on
-    (Keras's graphs are host graphs until the optimizer lifts them): the
-    gradient is sent back there, so a replica's backward stays on its
-    context.  Without it the gradient of a host input stays on the host.
+    (Keras's graphs are host graphs until the optimizer lifts them; None is
+    Theano's default context): the gradient is sent back there, so a
+    replica's backward stays on its context.  Without it (FROM_HOST) the
+    gradient of a host input stays on the host.
     """
     __props__ = ('context_name', 'came_from')
     _f16_ok = True
 
-    def __init__(self, context_name, came_from=None):
+    def __init__(self, context_name, came_from=FROM_HOST):
         self.context_name = context_name
         self.came_from = came_from
 
@@ -71,7 +76,7 @@ class ToContext(gof.Op):
         gz = as_gpuarray_variable(gz, self.context_name)
         if isinstance(x.type, GpuArrayType):
             return [ToContext(x.type.context_name)(gz)]
-        if self.came_from is not None:
+        if self.came_from != FROM_HOST:
             return [host_from_gpu(ToContext(self.came_from)(gz))]
         return [host_from_gpu(gz)]
 
@@ -82,7 +87,7 @@ class ToContext(gof.Op):
         return shapes
 
 
-def to_context(x, name, came_from=None):
+def to_context(x, name, came_from=FROM_HOST):
     """``x`` (host or GPU) as a GPU array on context ``name``; ``came_from``
     is the context a host-typed ``x`` is computed on, if any."""
     if isinstance(x.type, GpuArrayType) and x.type.context_name == name:
@@ -96,7 +101,7 @@ def to_context(x, name, came_from=None):
     return ToContext(name, came_from)(x)
 
 
-def on_context(x, name, came_from=None):
+def on_context(x, name, came_from=FROM_HOST):
     """``x`` moved to context ``name``, as a host-typed tensor that the
     optimizer computes with on that context."""
     return host_from_gpu(to_context(x, name, came_from))

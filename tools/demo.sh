@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 
 PYTHON=.venv/bin/python
 MIN_ACCURACY=0.95
-ALL_STEPS="info one_context batch_wise"
+ALL_STEPS="info one_context batch_wise layer_wise"
 
 if [ ! -x "$PYTHON" ]; then
   echo "demo: expected the virtual environment $PYTHON, which is not there; run tools/setup.sh (or make demo)" >&2
@@ -66,6 +66,22 @@ step_batch_wise() {
   say "Step batch_wise: the same script, batch-wise on two pocl contexts, with the placement report of each function (multigpu.report=True)"
   train_digits "contexts=dev0->opencl0:0;dev1->opencl0:1,multigpu.report=True"
   echo "   test accuracy: one context ${ONE_CONTEXT_ACCURACY:-(step one_context not run)}, two contexts batch-wise $LAST_ACCURACY"
+}
+
+step_layer_wise() {
+  local budget=200KiB
+  local flags="contexts=dev0->opencl0:0;dev1->opencl0:1,multigpu.mode=layer,multigpu.device_memory=$budget"
+  say "Step layer_wise: the same script, layer-wise on two pocl contexts with $budget of memory each (multigpu.device_memory), which one context alone cannot meet"
+  echo "   First with every layer on dev0 (multigpu.layer_map='*->dev0'): it must stop before compiling."
+  local output
+  if output=$(THEANO_FLAGS="$BASE_FLAGS,$flags,multigpu.layer_map=*->dev0" "$PYTHON" examples/digits_mlp.py 2>&1); then
+    echo "demo: expected a PlanError with every layer on dev0, but the script ran" >&2
+    return 1
+  fi
+  printf '%s\n' "$output" | sed -n '/PlanError/,$p' | sed 's/^/   /'
+  echo "   Then with the balanced plan, which spreads the layers, and the placement reports:"
+  train_digits "$flags,multigpu.report=True"
+  echo "   test accuracy: one context ${ONE_CONTEXT_ACCURACY:-(step one_context not run)}, two contexts layer-wise $LAST_ACCURACY"
 }
 
 for step in ${DEMO_STEPS:-$ALL_STEPS}; do

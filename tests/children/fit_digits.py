@@ -58,6 +58,7 @@ def train(out):
     results['eval'] = np.array(model.evaluate(x_test, y_test, batch_size=BATCH, verbose=0))
     hidden = K.function([model.layers[0].input], [model.layers[0].output])
     results['hidden'] = hidden([x_test])[0]
+    results['kernel_eval'] = K.eval(model.layers[0].W)
     model.save(os.path.join(out, 'model.h5'))
     model.save_weights(os.path.join(out, 'weights.h5'))
     trained = model.get_weights()

@@ -8,7 +8,8 @@ stores under its name: ``w<i>`` (weights after training), ``first/w<i>``
 (after the first step), ``loss`` (the per-step outputs), ``pred`` and
 ``eval`` (at the same batch), ``contexts`` (the contexts the compiled train
 function's heavy ops run on) and, under the shim, ``misplaced`` (heavy ops
-the placement check flags in the train, test and predict functions).  Runs
+the placement check flags in the train, test and predict functions); in
+layer-wise mode also ``layer_contexts`` and ``placement_errors``.  Runs
 unchanged on any backend.
 """
 import os
@@ -43,6 +44,16 @@ def build(name, rng, n):
         model.compile(loss='categorical_crossentropy', optimizer=Adam(lr=0.01),
                       metrics=['accuracy'])
         x = rng.rand(n, 1, 8, 8).astype('float32')
+        y = np.eye(3)[rng.randint(0, 3, n)].astype('float32')
+    elif name == 'deep_mlp':
+        from keras.regularizers import l2
+        layers = [Dense(24, input_dim=8, activation='relu', W_regularizer=l2(0.01))]
+        layers += [Dense(24, activation='tanh' if i % 2 else 'relu') for i in range(7)]
+        layers += [Dense(3, activation='softmax')]
+        model = Sequential(layers)
+        model.compile(loss='categorical_crossentropy', optimizer=Adam(lr=0.01),
+                      metrics=['accuracy'])
+        x = rng.rand(n, 8).astype('float32')
         y = np.eye(3)[rng.randint(0, 3, n)].astype('float32')
     elif name == 'mlp_dropout':
         model = Sequential([Dense(16, input_dim=8, activation='relu'), Dropout(0.5),
@@ -111,6 +122,42 @@ def misplaced_heavy_ops(model):
     return np.array(flagged, dtype=str)
 
 
+def layer_placement(model):
+    """(plan context of each layer, placement errors) under the shim's
+    layer-wise mode, else None: each weight's and each optimizer state's
+    copy must sit on its layer's context and be what the compiled train
+    function reads."""
+    if os.environ.get('KERAS_BACKEND') != 'theano_multigpu':
+        return None
+    from theano_multigpu import layerwise, mesh
+    if mesh.current().mode != 'layer':
+        return None
+    plan, master = layerwise.current_plan(), mesh.current().master
+    model = getattr(model, 'model', model)
+    read = set(id(item.variable) for item in model.train_function.function.maker.inputs)
+
+    def where(variable):
+        return variable.placed.type.context_name or master
+
+    contexts, errors = [], []
+    for layer in model.layers:
+        if layer.name not in plan.contexts:
+            continue   # an InputLayer: no ops of its own
+        contexts.append(plan.contexts[layer.name])
+        for weight in layer.trainable_weights + layer.non_trainable_weights:
+            if where(weight) != plan.contexts[layer.name]:
+                errors.append('%s of %s on %s' % (weight, layer.name, where(weight)))
+            if id(weight.placed) not in read:
+                errors.append('%s of %s not read by the train function' % (weight, layer.name))
+    params = model._collected_trainable_weights
+    states = [s for s in model.optimizer.weights if s.ndim >= 1]
+    for k, state in enumerate(states):   # Keras's blocks: one state per param
+        if where(state) != where(params[k % len(params)]):
+            errors.append('state %d on %s, its weight on %s'
+                          % (k, where(state), where(params[k % len(params)])))
+    return np.array(contexts, dtype=str), np.array(errors, dtype=str)
+
+
 def main():
     out, steps = sys.argv[1], int(sys.argv[2])
     results = {}
@@ -140,6 +187,9 @@ def main():
         flagged = misplaced_heavy_ops(model)
         if flagged is not None:
             results[name + '/misplaced'] = flagged
+        placement = layer_placement(model)
+        if placement is not None:
+            results[name + '/layer_contexts'], results[name + '/placement_errors'] = placement
         print(name, 'heavy ops per context:', contexts, 'misplaced:', flagged, flush=True)
     np.savez(out, **results)
 
