@@ -30,10 +30,10 @@ def placement_of(model):
     resident = placement.resident_bytes(model.train_function.function, current)
     plan = layerwise.current_plan()
     layers = set(layer.name for layer in model.layers)
-    planned = dict((name, sum(n.total for n in plan.needs
-                              if n.name in layers and plan.contexts[n.name] == name))
+    planned = dict((name, int(sum(n.total for n in plan.needs
+                                  if n.name in layers and plan.contexts[n.name] == name)))
                    for name in current.names)
-    return {'resident': dict((name, resident.get(name, 0)) for name in current.names),
+    return {'resident': dict((name, int(resident.get(name, 0))) for name in current.names),
             'planned': planned}
 
 

@@ -184,7 +184,7 @@ def _activation_bytes(application, batch_rows):
         for size in shape[1:]:
             elements *= size or 1
         total += elements * np.dtype(tensor.dtype).itemsize
-    return total
+    return int(total)
 
 
 def _budgets(mesh):
