@@ -38,7 +38,7 @@ def train_models(base, flags, models, steps, batch):
         home = base / ('home_%s' % key)
         home.mkdir()
         out = str(home / 'out.npz')
-        run_python(home, flags=flags[key], timeout=1500,
+        run_python(home, flags=flags[key], timeout=2700,
                    args=[os.path.join(CHILDREN, 'train_models.py'), out, str(steps),
                          str(batch)] + list(models[key]))
         return dict(np.load(out))

@@ -30,7 +30,7 @@ def fits(tmp_path_factory):
     def fit(key):
         home = base / key
         home.mkdir()
-        run_python(home, flags=CONFIGURATIONS[key], timeout=1500,
+        run_python(home, flags=CONFIGURATIONS[key], timeout=2700,
                    args=[os.path.join(CHILDREN, 'fit_digits.py'), 'train', str(home)])
         return home
 
