@@ -65,12 +65,19 @@ def function(inputs, outputs, updates=[], **kwargs):
 def _compile_batchwise(inputs, outputs, updates, kwargs, mesh, title):
     """Keras's Function of the batch-wise rewrite for ``mesh``, its
     placement checked (and reported at its first call, if asked)."""
-    import theano
-    from . import batchwise, placement
+    from . import batchwise
     outputs, updates = batchwise.rewrite(inputs, outputs, updates, mesh)
     compiled = stock['function'](inputs, outputs, updates=updates, **kwargs)
     if len(mesh.names) < len(mesh_module.current().names):
         title += ' (for batches of %d row(s): on %s)' % (len(mesh.names), ', '.join(mesh.names))
+    return _checked(compiled, mesh, title)
+
+
+def _checked(compiled, mesh, title):
+    """``compiled`` (a Keras Function) with its placement checked, and
+    reported at its first call if multigpu.report is set."""
+    import theano
+    from . import placement
     placement.check(compiled.function, mesh, theano.config.multigpu.check, title)
     if theano.config.multigpu.report:
         compiled = placement.FirstCallReport(compiled, mesh, title)
@@ -80,16 +87,12 @@ def _compile_batchwise(inputs, outputs, updates, kwargs, mesh, title):
 def _layerwise_function(inputs, outputs, updates, kwargs, mesh, title):
     """A Function compiled at its first call (the plan counts activations
     at that batch size), its placement checked (and reported, if asked)."""
-    import theano
-    from . import layerwise, placement
+    from . import layerwise
 
     def compile_for(batch_rows):
         new_outputs, new_updates = layerwise.rewrite(inputs, outputs, updates, mesh, batch_rows)
         compiled = stock['function'](inputs, new_outputs, updates=new_updates, **kwargs)
-        placement.check(compiled.function, mesh, theano.config.multigpu.check, title)
-        if theano.config.multigpu.report:
-            compiled = placement.FirstCallReport(compiled, mesh, title)
-        return compiled
+        return _checked(compiled, mesh, title)
     return layerwise.LayerwiseFunction(compile_for)
 
 

@@ -78,8 +78,9 @@ class Plan(object):
         self.budgets = budgets          # {context name: bytes or None}
         self.batch_rows = batch_rows
 
-    def layers_on(self, name):
-        return [n.name for n in self.needs if self.contexts[n.name] == name]
+    def needs_on(self, name):
+        """The LayerNeeds of the layers on context ``name``."""
+        return [n for n in self.needs if self.contexts[n.name] == name]
 
 
 _plan = None
@@ -206,9 +207,9 @@ def _budgets(mesh):
     return budgets
 
 
-def _plan_layers(applications, updates, mesh, batch_rows):
+def _plan_layers(applications, owners, mesh, batch_rows):
     """Plan the layers of ``applications`` (those not planned yet) into the
-    process's Plan, making it if there is none."""
+    process's Plan, making it if there is none; ``owners`` is _state_owners'."""
     global _plan
     known = _plan.contexts if _plan is not None else {}
     new = [a for a in applications if a.layer.name not in known]
@@ -227,14 +228,13 @@ def _plan_layers(applications, updates, mesh, batch_rows):
             if id(variable) not in claimed and variable.placed is None:
                 claimed[id(variable)] = application.layer.name
                 by_layer[application.layer.name].weights += variable.nbytes
-    weights = [v for a in applications for v in a.variables]
-    for state, weight in _state_owners(updates, weights).values():
+    for state, weight in owners.values():
         if id(state) not in claimed and id(weight) in claimed and state.placed is None:
             by_layer[claimed[id(weight)]].state += state.nbytes
     budgets = _budgets(mesh)
     for name in mesh.names:   # what earlier plans use is not available
         if budgets[name] is not None and _plan is not None:
-            budgets[name] -= sum(n.total for n in _plan.needs if _plan.contexts[n.name] == name)
+            budgets[name] -= sum(n.total for n in _plan.needs_on(name))
     layer_map = parse_layer_map(theano.config.multigpu.layer_map)
     if layer_map:
         contexts = planner.mapped([n.name for n in order], layer_map, mesh.names, mesh.names[0])
@@ -247,15 +247,14 @@ def _plan_layers(applications, updates, mesh, batch_rows):
     _plan.needs.extend(order)
 
 
-def _place(applications, updates, roots, mesh):
+def _place(applications, owners, roots, mesh):
     """Place every PlacedVariable the function reads: a layer's on its
-    layer's context, optimizer state with its weight, the rest on the master."""
+    layer's context, optimizer state with its weight (``owners``), the rest
+    on the master."""
     where = {}
     for application in applications:
         for variable in application.variables:
             where.setdefault(id(variable), _plan.contexts[application.layer.name])
-    weights = [v for a in applications for v in a.variables]
-    owners = _state_owners(updates, weights)
     for variable in gof.graph.inputs(roots):
         if isinstance(variable, PlacedVariable) and variable.placed is None:
             _, owner = owners.get(id(variable), (None, None))
@@ -287,8 +286,9 @@ def rewrite(inputs, outputs, updates, mesh, batch_rows):
     stand_ins = stand_ins_in(roots)
     losses = [s.tag.multigpu_gradient.loss for s in stand_ins]
     applications = _applications(roots + losses)
-    _plan_layers(applications, updates, mesh, batch_rows)
-    _place(applications, updates, roots + losses, mesh)
+    owners = _state_owners(updates, [v for a in applications for v in a.variables])
+    _plan_layers(applications, owners, mesh, batch_rows)
+    _place(applications, owners, roots + losses, mesh)
 
     input_ids = set(id(v) for v in inputs)
     rewritten, located = {}, {}
@@ -375,14 +375,13 @@ def report_rows(theano_function, mesh, moved):
     rows = []
     for name in mesh.names + ([HOST] if HOST in heavy else []):
         graph_names = (name, None) if name == mesh.master else (name,)
-        layers = _plan.layers_on(name) if name != HOST else []
+        on = _plan.needs_on(name)
         rows.append({
             'context': name + ('*' if name == mesh.master else ''),
             'device': mesh.devices.get(name, '-'),
-            'layers': _compress(layers),
+            'layers': _compress([n.name for n in on]),
             'resident': resident.get(name, 0),
-            'activations': sum(n.activations for n in _plan.needs
-                               if _plan.contexts[n.name] == name),
+            'activations': sum(n.activations for n in on),
             'heavy': heavy.get(name, {}),
             'moved_in': sum(n for (s, d), n in moved.items() if d in graph_names),
             'moved_out': sum(n for (s, d), n in moved.items() if s in graph_names),
