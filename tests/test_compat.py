@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from conftest import run_python
+from conftest import needs_pocl, run_python
 
 CONFIGS = {
     'shim': dict(backend='theano_multigpu', extra_env={}),
@@ -196,6 +196,30 @@ def test_recurrent_layers_train_with_scans_python_loop(home, config):
     assert out['rnn_error'] < 1e-5     # and computed what numpy computes
     for name, losses in out['losses'].items():
         assert losses[-1] < 0.75 * losses[0], (name, losses)  # measured: 0.41 to 0.51
+
+
+@needs_pocl
+def test_sums_on_pocl_use_small_work_groups_and_stay_exact(home, config):
+    """Sums over rows, columns and everything, of shapes that do not divide
+    by the work-group: the numbers numpy gives, with the kernel's
+    work-group capped (Theano launched 4096 work-items per sum on pocl)."""
+    out = run(home, config, flags='device=opencl0:0', code='''
+        import theano, theano.tensor as T
+        from theano.gpuarray.elemwise import GpuCAReduceCPY
+        x3 = T.tensor3('x3')
+        f = theano.function([x3], [x3.sum(axis=0), x3.sum(axis=1), x3.sum(axis=2),
+                                   x3.sum(axis=(0, 2)), x3.sum()])
+        sizes = [node.op.get_kernel_cache(node).init_local_size
+                 for node in f.maker.fgraph.toposort() if isinstance(node.op, GpuCAReduceCPY)]
+        errors = []
+        for shape in [(37, 3, 300), (1, 64, 5), (5, 17, 1)]:
+            v = np.random.RandomState(0).rand(*shape).astype('float32')
+            expected = [v.sum(0), v.sum(1), v.sum(2), v.sum((0, 2)), v.sum()]
+            errors += [float(np.max(np.abs(r - e) / np.abs(e))) for r, e in zip(f(v), expected)]
+        report(sizes=sizes, error=max(errors))
+    ''')
+    assert len(out['sizes']) == 5 and set(out['sizes']) == {16}, out['sizes']
+    assert out['error'] < 1e-5
 
 
 # 4. h5py 3: weights and models round trip, old files load ---------------
