@@ -15,6 +15,12 @@ PYTHON = sys.executable
 RESULTS_JSON = os.path.join(REPO, 'benchmarks', 'results.json')
 RESULTS_MD = os.path.join(REPO, 'benchmarks', 'results.md')
 
+# Processes sharing a compile cache take turns compiling (Theano's lock on
+# the cache); one that finds the lock taken sleeps 5 to 10 s by default
+# before it looks again, so children run side by side mostly slept while
+# a module took 2 s to compile.  They look again after 1 to 2 s.
+COMPILE_WAIT = 'compile.wait=1'
+
 __all__ = ['REPO', 'CACHE', 'PYTHON', 'child_env', 'record', 'median']
 
 
@@ -29,7 +35,8 @@ def child_env(home, flags='', backend='theano_multigpu', extra=None):
     if backend is not None:
         env['KERAS_BACKEND'] = backend
     compiledir = 'base_compiledir=' + os.path.join(CACHE, 'theano')
-    env['THEANO_FLAGS'] = ','.join(f for f in (compiledir, 'floatX=float32', flags) if f)
+    env['THEANO_FLAGS'] = ','.join(f for f in (compiledir, 'floatX=float32', COMPILE_WAIT, flags)
+                                   if f)
     env['HOME'] = str(home)
     env['THEANORC'] = os.path.join(str(home), '.theanorc')
     env['POCL_CACHE_DIR'] = os.path.join(CACHE, 'pocl')
