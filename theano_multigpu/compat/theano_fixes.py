@@ -162,11 +162,21 @@ def _fix_reduction_on_cpu_opencl(gpuarray_elemwise):
     summing a 32x256 gradient over its rows took 40 ms.  On CPU devices
     the work-group is 16 (the same sum: 0.3 ms); elsewhere it is Theano's.
     The compile cache is keyed on it."""
+    from pygpu.reduction import ReductionKernel
+    from theano import scalar
     op = gpuarray_elemwise.GpuCAReduceCPY
-    generate_kernel, cache_version = op.generate_kernel, op.c_code_cache_version_apply
+    cache_version = op.c_code_cache_version_apply
+    reduce_exprs = ((scalar.basic.Add, 'a + b'), (scalar.basic.Mul, 'a * b'))
 
     def generate_sized_kernel(self, node, odtype, redux):
-        kernel = generate_kernel(self, node, odtype, redux)
+        """Theano's generate_kernel, with the work-group capped before the
+        kernel is first built (each build is an OpenCL compile)."""
+        reduce_expr = next((e for c, e in reduce_exprs if isinstance(self.scalar_op, c)), None)
+        if reduce_expr is None:
+            raise NotImplementedError()
+        kernel = ReductionKernel(node.inputs[0].type.context, odtype, self.scalar_op.identity,
+                                 reduce_expr, redux,
+                                 arguments=[gpuarray_elemwise.make_argument(node.inputs[0], 'a')])
         kernel.init_local_size = reduction_local_size(kernel.context, kernel.init_local_size)
         return kernel
 
