@@ -43,6 +43,8 @@ def child_env(home, flags='', backend='theano_multigpu', extra=None):
     env.setdefault('POCL_DEVICES', 'pthread pthread')
     env.setdefault('POCL_MAX_PTHREAD_COUNT', '1')
     env['PYTHONDONTWRITEBYTECODE'] = '1'
+    # A child that crashes in C (a segfault) still shows its Python stack.
+    env['PYTHONFAULTHANDLER'] = '1'
     if extra:
         env.update(extra)
     return env
