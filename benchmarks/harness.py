@@ -21,7 +21,14 @@ RESULTS_MD = os.path.join(REPO, 'benchmarks', 'results.md')
 # a module took 2 s to compile.  They look again after 1 to 2 s.
 COMPILE_WAIT = 'compile.wait=1'
 
-__all__ = ['REPO', 'CACHE', 'PYTHON', 'child_env', 'record', 'median']
+# mpirun for the tests and benchmarks: Open MPI refuses root without the
+# first option and more ranks than cores without the second; ranks on one
+# machine talk through shared memory (vader), with no kernel-assisted copy
+# (containers often forbid it), and are not pinned to cores.
+MPIRUN = ['mpirun', '--allow-run-as-root', '--oversubscribe', '--bind-to', 'none',
+          '--mca', 'btl', 'self,vader', '--mca', 'btl_vader_single_copy_mechanism', 'none']
+
+__all__ = ['REPO', 'CACHE', 'PYTHON', 'MPIRUN', 'child_env', 'record', 'median']
 
 
 def child_env(home, flags='', backend='theano_multigpu', extra=None):

@@ -16,7 +16,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 'benchmarks'))
-from harness import CACHE, PYTHON, REPO  # noqa: E402,F401
+from harness import CACHE, MPIRUN, PYTHON, REPO  # noqa: E402,F401
 from harness import child_env  # noqa: E402
 
 
@@ -40,24 +40,32 @@ def python_env(home, flags='', backend='theano_multigpu', extra=None):
     return child_env(home, ','.join(f for f in (TEST_COMPILE_FLAGS, flags) if f), backend, extra)
 
 
-def train_models(base, flags, models, steps, batch):
+def train_models(base, flags, models, steps, batch, ranks=None):
     """{configuration: {key: array}}: tests/children/train_models.py's
     results for each configuration (a key of ``flags`` and ``models``),
-    the children running side by side."""
+    the children running side by side.  A configuration in ``ranks``
+    ({configuration: number of MPI ranks}) runs under mpirun; its results
+    are rank 0's, and rank r's under the key (configuration, r)."""
     import numpy as np
+    ranks = ranks or {}
 
     def train(key):
         home = base / ('home_%s' % key)
         home.mkdir()
-        out = str(home / 'out.npz')
-        run_python(home, flags=flags[key], timeout=2700,
+        out = str(home / 'out_{rank}.npz')
+        run_python(home, flags=flags[key], timeout=2700, ranks=ranks.get(key),
                    args=[os.path.join(CHILDREN, 'train_models.py'), out, str(steps),
                          str(batch)] + list(models[key]))
-        return dict(np.load(out))
+        return [dict(np.load(out.replace('{rank}', str(r)))) for r in range(ranks.get(key, 1))]
 
     with ThreadPoolExecutor(len(flags)) as pool:
         futures = dict((key, pool.submit(train, key)) for key in flags)
-        return dict((key, future.result()) for key, future in futures.items())
+        results = {}
+        for key, future in futures.items():
+            per_rank = future.result()
+            results[key] = per_rank[0]
+            results.update(((key, r), out) for r, out in enumerate(per_rank) if r)
+        return results
 
 
 def have_pocl_devices(n=2):
@@ -76,13 +84,16 @@ needs_pocl = pytest.mark.skipif(
 
 
 def run_python(home, code=None, flags='', backend='theano_multigpu', args=(),
-               extra_env=None, timeout=900, check=True, cwd=None):
-    """Run ``code`` (a string, dedented) or ``args`` in a fresh Python.
+               extra_env=None, timeout=900, check=True, cwd=None, ranks=None):
+    """Run ``code`` (a string, dedented) or ``args`` in a fresh Python, or
+    with ``ranks`` in that many, started by mpirun.
 
     Returns the CompletedProcess; with ``check`` a non-zero exit fails the
     test and shows the child's output.
     """
     command = [PYTHON] + (['-c', textwrap.dedent(code)] if code is not None else []) + list(args)
+    if ranks is not None:
+        command = MPIRUN + ['-np', str(ranks)] + command
     result = subprocess.run(command, env=python_env(home, flags, backend, extra_env),
                             cwd=cwd or str(home), capture_output=True, text=True,
                             timeout=timeout)

@@ -9,7 +9,7 @@ shim's entries replace Keras's (``keras_adapter.install``).
 import os
 import sys
 
-from . import importhook, settings
+from . import importhook, launcher, settings
 
 __all__ = ['activate', 'compat_only_requested', 'BACKEND_NAME']
 
@@ -32,6 +32,17 @@ def _install_adapter(keras_backend):
     os.environ['KERAS_BACKEND'] = BACKEND_NAME
     from . import keras_adapter
     keras_adapter.install(keras_backend)
+    if launcher.launched_by_mpi():
+        _join_ranks()
+
+
+def _join_ranks():
+    """Under MPI: every rank shuffles as rank 0 does, and only rank 0
+    prints progress and writes files."""
+    from . import mpi, rank_zero
+    mpi.share_random_state()
+    if mpi.world()[1] != 0:
+        rank_zero.install()
 
 
 def _register_contexts(gpuarray):

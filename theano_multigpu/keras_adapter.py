@@ -43,30 +43,70 @@ def variable(value, dtype=None, name=None):
 
 def function(inputs, outputs, updates=[], **kwargs):
     """One Theano function; in batch-wise and layer-wise mode, spread over
-    the contexts."""
+    the contexts, and under MPI over the ranks too."""
     mesh = mesh_module.current()
+    ranks = _mpi_ranks(mesh)
     if mesh.mode == 'layer':
         return _layerwise_function(list(inputs), list(outputs), _unique_updates(updates),
                                    kwargs, mesh, _function_title(sys._getframe(1)))
-    if mesh.mode != 'batch':
+    if mesh.mode != 'batch' and ranks is None:
         if mesh.graph_name(mesh.master) is not None:
             _steer_to(inputs, mesh.graph_name(mesh.master))
         return stock['function'](inputs, outputs, updates=updates, **kwargs)
     from . import batchwise
     updates = _unique_updates(updates)
-    _refuse_stateful(list(outputs) + [new for _, new in updates])
+    roots = list(outputs) + [new for _, new in updates]
+    _refuse_stateful(roots)
     title = _function_title(sys._getframe(1))
+    if ranks is not None:
+        from . import mpi
+        mpi.agree_and_broadcast(_weights_read(roots, updates), title)
+        if mesh.graph_name(mesh.master) is not None:
+            _steer_to(inputs, mesh.graph_name(mesh.master))
 
-    def compile_for(mesh):
-        return _compile_batchwise(list(inputs), list(outputs), updates, kwargs, mesh, title)
-    return batchwise.SplitFunction(compile_for, mesh)
+    def compile_for(mesh, idle=False):
+        return _compile_batchwise(list(inputs), list(outputs), updates, kwargs, mesh, title,
+                                  ranks, idle)
+    return batchwise.SplitFunction(compile_for, mesh, ranks)
 
 
-def _compile_batchwise(inputs, outputs, updates, kwargs, mesh, title):
-    """Keras's Function of the batch-wise rewrite for ``mesh``, its
-    placement checked (and reported at its first call, if asked)."""
+def _mpi_ranks(mesh):
+    """(rank, size) when this process is one of several MPI ranks, else
+    None.  Layer-wise mode is refused under MPI."""
+    from . import launcher
+    if not launcher.launched_by_mpi():
+        return None
+    if mesh.mode == 'layer':
+        from .errors import ConfigurationError
+        raise ConfigurationError(
+            'under MPI each rank trains batch-wise on its share of the batch, but '
+            'THEANO_FLAGS sets multigpu.mode=layer; use multigpu.mode=batch (or '
+            'auto), or run layer-wise in one process without mpirun')
+    from . import mpi
+    _, rank, size = mpi.world()
+    return rank, size
+
+
+def _weights_read(roots, updates):
+    """The shared variables a function reads or updates, in graph order."""
+    from theano import gof
+    from theano.compile import SharedVariable
+    from .gradients import stand_ins_in
+    losses = [s.tag.multigpu_gradient.loss for s in stand_ins_in(roots)]
+    found, seen = [], set()
+    for variable in gof.graph.inputs(roots + losses) + [v for v, _ in updates]:
+        if isinstance(variable, SharedVariable) and id(variable) not in seen:
+            seen.add(id(variable))
+            found.append(variable)
+    return found
+
+
+def _compile_batchwise(inputs, outputs, updates, kwargs, mesh, title, ranks=None, idle=False):
+    """Keras's Function of the batch-wise rewrite for ``mesh`` (and MPI
+    ``ranks``), its placement checked (and reported at its first call, if
+    asked)."""
     from . import batchwise
-    outputs, updates = batchwise.rewrite(inputs, outputs, updates, mesh)
+    outputs, updates = batchwise.rewrite(inputs, outputs, updates, mesh, ranks, idle)
     compiled = stock['function'](inputs, outputs, updates=updates, **kwargs)
     if len(mesh.names) < len(mesh_module.current().names):
         title += ' (for batches of %d row(s): on %s)' % (len(mesh.names), ', '.join(mesh.names))
@@ -145,9 +185,11 @@ def _unique_updates(updates):
 
 
 def gradients(loss, variables):
-    """Gradients; in batch-wise and layer-wise mode, stand-ins that
-    ``function`` replaces by the gradients of the rewritten loss."""
-    if mesh_module.current().mode in ('batch', 'layer'):
+    """Gradients; in batch-wise and layer-wise mode and under MPI,
+    stand-ins that ``function`` replaces by the gradients of the rewritten
+    loss."""
+    from . import launcher
+    if mesh_module.current().mode in ('batch', 'layer') or launcher.launched_by_mpi():
         from .gradients import gradient_stand_ins
         return gradient_stand_ins(loss, variables)
     return stock['gradients'](loss, variables)

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DEBS="python3-venv python3-pygpu libgpuarray-dev pocl-opencl-icd libclblast-dev libopenblas-dev"
+DEBS="python3-venv python3-pygpu libgpuarray-dev pocl-opencl-icd libclblast-dev libopenblas-dev openmpi-bin"
 missing=""
 for pkg in $DEBS; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing="$missing $pkg"

@@ -2,6 +2,7 @@
 for a few steps, and save what the tests compare.
 
     python train_models.py OUT.npz STEPS BATCH MODEL[@BATCH] [MODEL ...]
+    mpirun -np 2 python train_models.py OUT_{rank}.npz ...
 
 For each MODEL (trained at BATCH rows, or at the rows after its '@') it
 stores under its name: ``w<i>`` (weights after training), ``first/w<i>``
@@ -9,8 +10,9 @@ stores under its name: ``w<i>`` (weights after training), ``first/w<i>``
 ``eval`` (at the same batch), ``contexts`` (the contexts the compiled train
 function's heavy ops run on) and, under the shim, ``misplaced`` (heavy ops
 the placement check flags in the train, test and predict functions); in
-layer-wise mode also ``layer_contexts`` and ``placement_errors``.  Runs
-unchanged on any backend.
+layer-wise mode also ``layer_contexts`` and ``placement_errors``; under
+MPI ``collectives`` (the MPI ops of the train function).  Runs unchanged on
+any backend.
 """
 import os
 import sys
@@ -158,8 +160,15 @@ def layer_placement(model):
     return np.array(contexts, dtype=str), np.array(errors, dtype=str)
 
 
+def mpi_collectives(theano_function):
+    """Class names of the MPI ops in a compiled function, in order."""
+    return np.array([type(node.op).__name__ for node in theano_function.maker.fgraph.toposort()
+                     if type(node.op).__name__ in ('AllGatherRows', 'AllReduceSum')], dtype=str)
+
+
 def main():
-    out, steps = sys.argv[1], int(sys.argv[2])
+    rank = os.environ.get('OMPI_COMM_WORLD_RANK', os.environ.get('PMI_RANK', '0'))
+    out, steps = sys.argv[1].replace('{rank}', rank), int(sys.argv[2])
     results = {}
     for name in sys.argv[4:]:
         model_name, _, rows = name.partition('@')
@@ -187,6 +196,8 @@ def main():
         flagged = misplaced_heavy_ops(model)
         if flagged is not None:
             results[name + '/misplaced'] = flagged
+        if 'OMPI_COMM_WORLD_RANK' in os.environ or 'PMI_RANK' in os.environ:
+            results[name + '/collectives'] = mpi_collectives(train)
         placement = layer_placement(model)
         if placement is not None:
             results[name + '/layer_contexts'], results[name + '/placement_errors'] = placement

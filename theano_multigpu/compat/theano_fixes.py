@@ -189,7 +189,25 @@ def _fix_reduction_on_cpu_opencl(gpuarray_elemwise):
     op.c_code_cache_version_apply = sized_cache_version
 
 
+def _hide_mpi4py(io_module):
+    """theano.tensor.io imports mpi4py, which starts MPI, whenever Theano
+    is imported; outside mpirun nothing needs it, so Theano does not see it
+    there (sys.modules' None makes that one import fail)."""
+    from ..launcher import launched_by_mpi
+    if not launched_by_mpi() and 'mpi4py' not in sys.modules:
+        sys.modules['mpi4py'] = None
+        io_module.__dict__['_multigpu_hid_mpi4py'] = True
+
+
+def _show_mpi4py(io_module):
+    if io_module.__dict__.pop('_multigpu_hid_mpi4py', False):
+        del sys.modules['mpi4py']
+
+
 def install():
+    if 'theano.tensor.io' not in sys.modules:
+        importhook.before_import('theano.tensor.io', _hide_mpi4py)
+        importhook.after_import('theano.tensor.io', _show_mpi4py)
     importhook.after_import('theano.gpuarray.elemwise', _fix_reduction_on_cpu_opencl)
     importhook.after_import('theano.configparser', _set_blas_ldflags)
     importhook.after_import('theano', _import_ifelse)

@@ -1,0 +1,167 @@
+"""Several processes: `mpirun -np 2` against one process at the same global
+batch, on the CPU and on pocl contexts; rank 0 alone prints and writes;
+faults end every rank; mpi4py stays out of plain runs.
+
+Open MPI from Debian runs the ranks on this machine (loopback, shared
+memory); the children are tests/children/train_models.py and short scripts.
+"""
+import os
+import shutil
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from conftest import ONE, TWO, needs_pocl, run_python, train_models
+
+pytestmark = pytest.mark.skipif(shutil.which('mpirun') is None,
+                                reason='needs mpirun (Debian openmpi-bin)')
+
+STEPS, BATCH = 5, 10
+RTOL, ATOL = 1e-4, 1e-6
+# mlp: class weights; deep_mlp: an l2 regulariser (read by every rank);
+# @9: 4 and 5 rows per rank; @1: rank 0 gets no row at all.
+CPU_MODELS = ['mlp', 'mlp@9', 'mlp@1', 'deep_mlp', 'cnn', 'cnn@9', 'cnn_bn']
+
+
+def assert_same_training(one, many, name):
+    keys = sorted(k for k in one if k.startswith(name + '/') and one[k].dtype.kind == 'f')
+    assert any('/w' in k for k in keys)
+    for key in keys:
+        np.testing.assert_allclose(many[key], one[key], rtol=RTOL, atol=ATOL, err_msg=key)
+
+
+@pytest.fixture(scope='module')
+def cpu_runs(tmp_path_factory):
+    """One process, and two ranks, on the CPU."""
+    return train_models(tmp_path_factory.mktemp('mpi_cpu'), {1: '', 2: ''},
+                        {1: CPU_MODELS, 2: CPU_MODELS}, STEPS, BATCH, ranks={2: 2})
+
+
+@pytest.mark.parametrize('name', [m for m in CPU_MODELS if m != 'cnn_bn'])
+def test_two_ranks_train_as_one_process(cpu_runs, name):
+    assert_same_training(cpu_runs[1], cpu_runs[2], name)
+
+
+@pytest.mark.parametrize('name', CPU_MODELS)
+def test_ranks_hold_the_same_weights(cpu_runs, name):
+    """Rank 1 ends where rank 0 does, batch normalisation included (its
+    running statistics come from the whole batch)."""
+    rank0, rank1 = cpu_runs[2], cpu_runs[(2, 1)]
+    for key in sorted(k for k in rank0 if k.startswith(name + '/') and rank0[k].dtype.kind == 'f'):
+        np.testing.assert_array_equal(rank1[key], rank0[key], err_msg=key)
+
+
+def test_one_gather_and_one_fused_allreduce_per_step(cpu_runs):
+    """All gradients go through one Allreduce (never one per tensor), after
+    the one Allgatherv of the layer outputs the loss reads."""
+    for name in ('mlp', 'deep_mlp', 'cnn'):
+        assert list(cpu_runs[2][name + '/collectives']) == ['AllGatherRows', 'AllReduceSum']
+
+
+@needs_pocl
+def test_two_ranks_with_two_contexts_each_train_as_one_context(tmp_path_factory):
+    """Ranks compose with contexts: each rank splits its share of the batch
+    over its two pocl contexts."""
+    models = ['mlp@9', 'cnn']
+    runs = train_models(tmp_path_factory.mktemp('mpi_pocl'), {1: ONE, 2: TWO},
+                        {1: models, 2: models}, STEPS, BATCH, ranks={2: 2})
+    for name in models:
+        assert_same_training(runs[1], runs[2], name)
+        assert sorted(runs[2][name + '/contexts']) == ['dev0', 'dev1']
+        assert len(runs[2][name + '/misplaced']) == 0
+
+
+FIT_SCRIPT = """
+import os, sys
+import numpy as np
+from keras.models import Sequential
+from keras.layers import Dense
+from keras.callbacks import ModelCheckpoint, CSVLogger
+rank = os.environ['OMPI_COMM_WORLD_RANK']
+rng = np.random.RandomState(0)
+x = rng.rand(40, 8).astype('float32')
+y = np.eye(3)[rng.randint(0, 3, 40)].astype('float32')
+model = Sequential([Dense(16, input_dim=8, activation='relu'), Dense(3, activation='softmax')])
+model.compile(loss='categorical_crossentropy', optimizer='sgd', metrics=['accuracy'])
+history = model.fit(x, y, batch_size=10, nb_epoch=2, verbose=1, callbacks=[
+    ModelCheckpoint('best_%s.h5' % rank), CSVLogger('log_%s.csv' % rank)])
+model.save_weights('weights_%s.h5' % rank)
+model.save('model_%s.h5' % rank)
+print('rank', rank, 'final loss %.6f' % history.history['loss'][-1], flush=True)
+"""
+
+
+def test_rank_zero_alone_prints_progress_and_writes_files(home):
+    """Each rank asks for files named after itself: only rank 0's exist,
+    and one progress bar is printed; both ranks saw the same global loss."""
+    result = run_python(home, FIT_SCRIPT, ranks=2, timeout=900)
+    written = sorted(f for f in os.listdir(str(home)) if f.endswith(('.h5', '.csv')))
+    assert written == ['best_0.h5', 'log_0.csv', 'model_0.h5', 'weights_0.h5']
+    assert result.stdout.count('Epoch 1/2') == 1, result.stdout
+    losses = set(line.split()[-1] for line in result.stdout.splitlines()
+                 if line.startswith('rank '))
+    assert len(losses) == 1, result.stdout
+    assert len(open(str(home / 'log_0.csv')).read().splitlines()) == 3
+
+
+FAULT_SCRIPT = """
+import os, signal, sys
+import numpy as np
+from keras.models import Sequential
+from keras.layers import Dense
+from keras.optimizers import SGD, Adam
+rank = int(os.environ['OMPI_COMM_WORLD_RANK'])
+fault = sys.argv[1]
+width = 17 if fault == 'layer size' and rank == 1 else 16
+optimizer = Adam() if fault == 'optimizer' and rank == 1 else SGD()
+model = Sequential([Dense(width, input_dim=8, activation='relu'), Dense(3, activation='softmax')])
+model.compile(loss='categorical_crossentropy', optimizer=optimizer)
+x = np.ones((10, 8), 'float32'); y = np.eye(3)[np.arange(10) % 3].astype('float32')
+model.train_on_batch(x, y)
+if rank == 1 and fault == 'raise':
+    raise ValueError('rank 1 gave up on purpose')
+if rank == 1 and fault == 'kill':
+    os.kill(os.getpid(), signal.SIGKILL)
+for step in range(100000):   # rank 0 waits in the collectives for rank 1
+    model.train_on_batch(x, y)
+"""
+
+
+@pytest.mark.parametrize('fault,expected', [
+    ('raise', 'rank 1 gave up on purpose'),
+    ('kill', 'signal 9'),
+    ('layer size', 'rank 1 differs from rank 0'),
+    ('optimizer', 'rank 1 differs from rank 0'),
+])
+def test_a_failing_rank_ends_every_rank_within_a_minute(home, fault, expected):
+    script = home / 'fault.py'
+    script.write_text(FAULT_SCRIPT)
+    # Compile first, untimed (a cold cache takes minutes): the same models
+    # without a fault.
+    if fault in ('raise', 'kill'):
+        run_python(home, code="import sys; sys.argv = ['x', 'none']; exec(open('fault.py').read().replace('range(100000)', 'range(1)'))",
+                   ranks=2, timeout=900)
+    started = time.time()
+    result = run_python(home, args=[str(script), fault], ranks=2, timeout=120, check=False)
+    elapsed = time.time() - started
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert expected in output, output[-3000:]
+    if fault in ('raise', 'kill'):
+        assert elapsed < 60, 'ranks ended %.0f s after the fault' % elapsed
+
+
+def test_plain_runs_never_import_mpi4py(home):
+    result = run_python(home, """
+        import sys
+        import keras, theano.tensor.io
+        from keras.models import Sequential
+        from keras.layers import Dense
+        model = Sequential([Dense(2, input_dim=3)])
+        model.compile(loss='mse', optimizer='sgd')
+        model.predict(__import__('numpy').ones((4, 3), 'float32'))
+        print('mpi4py' in sys.modules, theano.tensor.io.mpi_enabled)
+    """)
+    assert result.stdout.split()[-2:] == ['False', 'False']
