@@ -13,7 +13,7 @@ demo: setup
 	@tools/demo.sh
 
 test: setup
-	$(PYTHON) -m pytest -p no:cacheprovider tests $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -p no:cacheprovider --durations=25 tests $(PYTEST_ARGS)
 
 bench: setup
 	$(PYTHON) benchmarks/run_all.py
