@@ -23,6 +23,8 @@ RTOL, ATOL = 1e-4, 1e-6
 # mlp: class weights; deep_mlp: an l2 regulariser (read by every rank);
 # @9: 4 and 5 rows per rank; @1: rank 0 gets no row at all.
 CPU_MODELS = ['mlp', 'mlp@9', 'mlp@1', 'deep_mlp', 'cnn', 'cnn@9', 'cnn_bn']
+# Every rank its own leader: gradients summed by MPI Allreduce alone.
+ALLREDUCE_ONLY, ALLREDUCE_ONLY_MODELS = 'multigpu.mpi_shared_memory=False', ['mlp@9', 'cnn']
 
 
 def assert_same_training(one, many, name):
@@ -34,14 +36,21 @@ def assert_same_training(one, many, name):
 
 @pytest.fixture(scope='module')
 def cpu_runs(tmp_path_factory):
-    """One process, and two ranks, on the CPU."""
-    return train_models(tmp_path_factory.mktemp('mpi_cpu'), {1: '', 2: ''},
-                        {1: CPU_MODELS, 2: CPU_MODELS}, STEPS, BATCH, ranks={2: 2})
+    """One process, and two ranks, on the CPU (and two ranks summing with
+    MPI Allreduce alone)."""
+    return train_models(tmp_path_factory.mktemp('mpi_cpu'), {1: '', 2: '', 'mpi': ALLREDUCE_ONLY},
+                        {1: CPU_MODELS, 2: CPU_MODELS, 'mpi': ALLREDUCE_ONLY_MODELS},
+                        STEPS, BATCH, ranks={2: 2, 'mpi': 2})
 
 
 @pytest.mark.parametrize('name', [m for m in CPU_MODELS if m != 'cnn_bn'])
 def test_two_ranks_train_as_one_process(cpu_runs, name):
     assert_same_training(cpu_runs[1], cpu_runs[2], name)
+
+
+@pytest.mark.parametrize('name', ALLREDUCE_ONLY_MODELS)
+def test_two_ranks_summing_with_mpi_allreduce_alone_train_as_one_process(cpu_runs, name):
+    assert_same_training(cpu_runs[1], cpu_runs['mpi'], name)
 
 
 @pytest.mark.parametrize('name', CPU_MODELS)
@@ -72,6 +81,35 @@ def test_two_ranks_with_two_contexts_each_train_as_one_context(tmp_path_factory)
         # The master, dev0, is Theano's default context: None in the graph.
         assert sorted(runs[2][name + '/contexts']) == ['None', 'dev1']
         assert len(runs[2][name + '/misplaced']) == 0
+
+
+FUSED_SUM_SCRIPT = """
+import numpy as np
+from theano_multigpu import mpi
+comm, rank, size = mpi.world()
+rng = np.random.RandomState(rank)
+for shapes, dtype in [([(3, 5), (7,), ()], 'float32'), ([(1000, 300)], 'float32'),
+                      ([(11, 2)], 'float64'), ([(2,)], 'float32')]:
+    arrays = [np.asarray(rng.randn(*shape), dtype) for shape in shapes]
+    sums = mpi.fused_sum().sum(arrays)
+    expected = [np.stack(comm.allgather(a)).sum(axis=0) for a in arrays]
+    for total, want in zip(sums, expected):
+        assert total.shape == want.shape and total.dtype == want.dtype, (total, want)
+        np.testing.assert_allclose(total, want, rtol=1e-6)
+    everyone = comm.allgather(sums)
+    assert all(np.array_equal(a, b) for other in everyone for a, b in zip(other, sums))
+print('rank', rank, 'ok', flush=True)
+"""
+
+
+@pytest.mark.parametrize('flags', ['', ALLREDUCE_ONLY])
+def test_fused_sum_gives_every_rank_the_sum(home, flags):
+    """Three ranks: arrays of several shapes and dtypes in one buffer
+    (which grows), summed in shared memory or by MPI Allreduce; every rank
+    gets the same sums."""
+    result = run_python(home, FUSED_SUM_SCRIPT, flags=flags, ranks=3, timeout=300)
+    assert sorted(line for line in result.stdout.splitlines() if line.startswith('rank')) == [
+        'rank 0 ok', 'rank 1 ok', 'rank 2 ok']
 
 
 FIT_SCRIPT = """

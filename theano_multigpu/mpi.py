@@ -9,7 +9,9 @@ function
   reads, so loss, metrics and state updates are computed on the whole
   batch, identically on every rank;
 - ``AllReduceSum`` sums the ranks' weight gradients, all fused into one
-  buffer, so the optimizer's updates are identical on every rank.
+  buffer (``FusedSum``: shared memory between the ranks on one machine,
+  MPI Allreduce between machines), so the optimizer's updates are
+  identical on every rank.
 
 mpi4py is imported only here, and only under MPI (``launcher`` tells,
 from the environment alone).
@@ -24,7 +26,8 @@ from theano import gof, tensor
 from theano.gradient import DisconnectedType
 
 __all__ = ['world', 'rank_bounds', 'AllGatherRows',
-           'AllReduceSum', 'all_gather_rows', 'sum_over_ranks', 'data_parallel_gradients',
+           'AllReduceSum', 'FusedSum', 'fused_sum', 'all_gather_rows', 'sum_over_ranks',
+           'data_parallel_gradients',
            'agree_and_broadcast', 'share_random_state', 'collective_seconds']
 
 # Seconds spent inside the collectives since the process started, by op:
@@ -144,34 +147,120 @@ class AllGatherRows(gof.Op):
 
 
 class AllReduceSum(gof.Op):
-    """The sum over ranks of a vector (MPI Allreduce).  Further inputs are
-    read by no one: they order the collective after the ops computing them,
-    so every rank calls the collectives in the same order."""
-    __props__ = ()
+    """Several tensors of one dtype, each summed over the ranks, fused into
+    one buffer (``FusedSum``).  The first ``pieces`` inputs are summed;
+    further inputs are read by no one: they order the collective after the
+    ops computing them, so every rank calls the collectives in one order."""
+    __props__ = ('pieces',)
 
-    def make_node(self, vector, *after):
-        vector = tensor.as_tensor_variable(vector)
-        return gof.Apply(self, [vector] + [tensor.as_tensor_variable(a) for a in after],
-                         [vector.type()])
+    def __init__(self, pieces):
+        self.pieces = pieces
+
+    def make_node(self, *inputs):
+        inputs = [tensor.as_tensor_variable(i) for i in inputs]
+        dtypes = set(i.dtype for i in inputs[:self.pieces])
+        if len(dtypes) != 1:
+            raise TypeError('AllReduceSum expects tensors of one dtype, but received %s'
+                            % sorted(dtypes))
+        return gof.Apply(self, inputs, [i.type() for i in inputs[:self.pieces]])
 
     def perform(self, node, inputs, outputs):
-        from mpi4py import MPI
-        comm = world()[0]
         started = time.perf_counter()
-        vector = np.ascontiguousarray(inputs[0])
-        total = np.empty_like(vector)
-        comm.Allreduce(vector, total, op=MPI.SUM)
-        outputs[0][0] = total
+        for out, total in zip(outputs, fused_sum().sum(inputs[:self.pieces])):
+            out[0] = total
         collective_seconds['allreduce'] += time.perf_counter() - started
 
     def infer_shape(self, node, shapes):
-        return [shapes[0]]
+        return shapes[:self.pieces]
 
     def connection_pattern(self, node):
-        return [[True]] + [[False]] * (len(node.inputs) - 1)
+        return [[i == j for j in range(self.pieces)] for i in range(len(node.inputs))]
 
     def grad(self, inputs, output_grads):
-        return [AllReduceSum()(output_grads[0])] + [DisconnectedType()()] * (len(inputs) - 1)
+        return (AllReduceSum(self.pieces)(*output_grads, return_list=True)
+                + [DisconnectedType()()] * (len(inputs) - self.pieces))
+
+
+class FusedSum(object):
+    """Sums arrays over the ranks through one buffer per call.
+
+    Ranks on one machine copy their arrays into their slot of an MPI-3
+    shared-memory window, each sums its chunk of the slots into slot 0, and
+    all read slot 0: MPI's own Allreduce between processes on one machine
+    costs several times that.  Between machines, one rank per machine
+    (its leader) sums slot 0 with MPI Allreduce.  With ``shared_memory``
+    off every rank is its own leader: MPI Allreduce alone.
+    """
+
+    def __init__(self, comm, shared_memory=True):
+        from mpi4py import MPI
+        self.node = comm.Split_type(MPI.COMM_TYPE_SHARED) if shared_memory else MPI.COMM_SELF
+        self.leaders = comm.Split(0 if self.node.Get_rank() == 0 else MPI.UNDEFINED,
+                                  comm.Get_rank())
+        self.window, self.slot_bytes = None, 0
+
+    def sum(self, arrays):
+        """Each of ``arrays`` (one dtype) summed over the ranks: new arrays,
+        the same on every rank."""
+        from mpi4py import MPI
+        dtype = arrays[0].dtype
+        count = sum(a.size for a in arrays)
+        node_rank, node_size = self.node.Get_rank(), self.node.Get_size()
+        slots = [self._slot(q, count, dtype) for q in range(node_size)]
+        offsets = np.cumsum([0] + [a.size for a in arrays])
+        for a, start, stop in zip(arrays, offsets[:-1], offsets[1:]):
+            slots[node_rank][start:stop] = a.ravel()
+        self.node.Barrier()
+        lo, hi = rank_bounds(count, node_rank, node_size)
+        total = slots[0][lo:hi]
+        for slot in slots[1:]:
+            np.add(total, slot[lo:hi], out=total)
+        if self.leaders != MPI.COMM_NULL and self.leaders.Get_size() > 1:
+            self.node.Barrier()
+            self.leaders.Allreduce(MPI.IN_PLACE, slots[0], op=MPI.SUM)
+        self.node.Barrier()
+        sums = [slots[0][start:stop].reshape(a.shape).copy()
+                for a, start, stop in zip(arrays, offsets[:-1], offsets[1:])]
+        # Slot 0 is rewritten by the next call: not before every rank read it.
+        self.node.Barrier()
+        return sums
+
+    def _slot(self, q, count, dtype):
+        """Rank ``q``'s slot (on this machine) as ``count`` items of ``dtype``."""
+        nbytes = count * np.dtype(dtype).itemsize
+        if nbytes > self.slot_bytes:
+            self._allocate(max(nbytes, 2 * self.slot_bytes))
+        buffer = self.window.Shared_query(0)[0]
+        return np.ndarray((count,), dtype, buffer=buffer, offset=q * self.slot_bytes)
+
+    def _allocate(self, nbytes):
+        """A window of one slot per rank on this machine, allocated by its
+        rank 0 (every rank of the machine calls this in the same call)."""
+        from mpi4py import MPI
+        if self.window is not None:
+            self.window.Free()
+        slot_bytes = -(-nbytes // 64) * 64
+        size = slot_bytes * self.node.Get_size() if self.node.Get_rank() == 0 else 0
+        try:
+            self.window = MPI.Win.Allocate_shared(size, 1, comm=self.node)
+        except MPI.Exception as error:
+            raise MemoryError(
+                'theano_multigpu expected to allocate %d bytes of shared memory for '
+                'summing gradients over the ranks on this machine, but MPI refused '
+                '(%s); make /dev/shm larger, or set THEANO_FLAGS=multigpu.mpi_shared_'
+                'memory=False to sum with MPI Allreduce alone' % (size, error))
+        self.slot_bytes = slot_bytes
+
+
+_fused_sum = None
+
+
+def fused_sum():
+    """This process's FusedSum (multigpu.mpi_shared_memory picks how)."""
+    global _fused_sum
+    if _fused_sum is None:
+        _fused_sum = FusedSum(world()[0], theano.config.multigpu.mpi_shared_memory)
+    return _fused_sum
 
 
 def all_gather_rows(blocks, rows_per_rank):
@@ -183,20 +272,18 @@ def all_gather_rows(blocks, rows_per_rank):
 
 
 def sum_over_ranks(tensors, after=()):
-    """Each of ``tensors`` summed over the ranks, by one Allreduce per
-    dtype over a buffer of them all."""
+    """Each of ``tensors`` summed over the ranks: one fused AllReduceSum
+    per dtype."""
     by_dtype = {}
     for k, t in enumerate(tensors):
         by_dtype.setdefault(t.dtype, []).append(k)
     summed = [None] * len(tensors)
     for dtype in sorted(by_dtype):
-        group = [tensors[k] for k in by_dtype[dtype]]
-        buffer = AllReduceSum()(tensor.concatenate([t.flatten() for t in group]), *after)
-        offset = 0
-        for k, t in zip(by_dtype[dtype], group):
-            size = t.size
-            summed[k] = buffer[offset:offset + size].reshape(t.shape, ndim=t.ndim)
-            offset = offset + size
+        group = by_dtype[dtype]
+        sums = AllReduceSum(len(group))(*([tensors[k] for k in group] + list(after)),
+                                        return_list=True)
+        for k, total in zip(group, sums):
+            summed[k] = total
     return summed
 
 

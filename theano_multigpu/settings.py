@@ -197,6 +197,11 @@ def _register_settings(configparser):
         "'64MiB', or per context 'dev0->64MiB;dev1->1GiB' (default: the "
         "device's free memory).",
         Param('', filter=_filter_with(parse_device_memory)), in_c_key=False)
+    add('multigpu.mpi_shared_memory',
+        'Under MPI: ranks on one machine sum their gradients in shared memory '
+        '(an MPI-3 window), and one rank per machine with MPI Allreduce; False: '
+        'every rank with MPI Allreduce.',
+        configparser.BoolParam(True), in_c_key=False)
 
 
 # The old CUDA backend's flags, which Theano 1.0 removed.
