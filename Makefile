@@ -15,7 +15,8 @@ demo: setup
 test: setup
 	$(PYTHON) -m pytest -p no:cacheprovider --durations=25 tests $(PYTEST_ARGS)
 
-bench: setup
+bench:
+	@BENCH=1 tools/setup.sh
 	$(PYTHON) benchmarks/run_all.py
 
 clean:

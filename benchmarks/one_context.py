@@ -17,7 +17,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import PYTHON, child_env, median, record  # noqa: E402
+from harness import MPIRUN, PYTHON, child_env, median, record  # noqa: E402
 from models import MODELS  # noqa: E402
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'step_worker.py')
@@ -35,13 +35,14 @@ DESCRIPTION = {'cpu': 'on the CPU (no contexts)',
 
 
 class Worker(object):
-    """One step_worker.py child."""
+    """One step_worker.py child (under mpirun, with ``ranks``)."""
 
-    def __init__(self, home, backend, flags, extra):
+    def __init__(self, home, backend, flags, extra, ranks=None):
         environment = child_env(home, flags, backend, dict(extra or {}, OPENBLAS_NUM_THREADS='1',
                                                             OMP_NUM_THREADS='1'))
         self.log = open(os.path.join(home, 'worker.log'), 'w')
-        self.process = subprocess.Popen([PYTHON, WORKER], env=environment, cwd=home,
+        launcher = MPIRUN + ['-np', str(ranks)] if ranks else []
+        self.process = subprocess.Popen(launcher + [PYTHON, WORKER], env=environment, cwd=home,
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=self.log, text=True)
 

@@ -7,6 +7,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import batchwise  # noqa: E402
 import layerwise  # noqa: E402
+import mpi  # noqa: E402
 import one_context  # noqa: E402
 import scan_cost  # noqa: E402
 import startup  # noqa: E402
@@ -20,6 +21,7 @@ def main():
     one_context.main([])
     batchwise.main([])
     layerwise.main([])
+    mpi.main([])
     print('figures written to benchmarks/results.json and benchmarks/results.md')
 
 

@@ -10,11 +10,21 @@ moved in one step and the model's parameter bytes; ``{"placement": NAME}``
 (layer-wise) answers, per context, the bytes resident for the compiled
 train function and the bytes the plan counted for NAME's layers.  Each reply is one JSON
 line.
+
+Under mpirun every rank runs it: rank 0 reads the requests and passes each
+to the others (which wait without spinning, so a worker not being timed
+leaves the cores alone), all ranks carry it out, rank 0 replies.  Then
+``{"time": ...}`` also answers the seconds spent in the MPI collectives, and
+``{"fused_sum": BYTES, "repeats": R}`` answers the seconds of R fused sums
+of that many bytes over the ranks, of R MPI Allreduces, and of R copies of
+the same bytes (every rank copying at once).
 """
 import json
 import os
 import sys
 import time
+
+import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from models import build  # noqa: E402
@@ -37,16 +47,75 @@ def placement_of(model):
             'planned': planned}
 
 
+def requests():
+    """The driver's requests; under MPI, on every rank."""
+    from theano_multigpu import launcher
+    if not launcher.launched_by_mpi():
+        for line in sys.stdin:
+            yield json.loads(line)
+        return
+    from theano_multigpu import mpi
+    comm, rank, size = mpi.world()
+    while True:
+        line = sys.stdin.readline() if rank == 0 else None
+        waiting = comm.Ibarrier()
+        while not waiting.Test():
+            time.sleep(0.001)
+        line = comm.bcast(line, root=0)
+        if not line:
+            return
+        yield json.loads(line)
+
+
+def timed_steps(case, steps):
+    """{'times': seconds of each step} (and the collectives' under MPI)."""
+    from theano_multigpu import launcher
+    if launcher.launched_by_mpi():
+        from theano_multigpu import mpi
+        before = dict(mpi.collective_seconds)
+    times = []
+    for _ in range(steps):
+        started = time.perf_counter()
+        case.model.train_on_batch(case.x, case.y)
+        times.append(time.perf_counter() - started)
+    answer = {'times': times}
+    if launcher.launched_by_mpi():
+        answer['collectives'] = dict((k, v - before[k]) for k, v in mpi.collective_seconds.items())
+    return answer
+
+
+def fused_sum_seconds(nbytes, repeats):
+    """Seconds of ``repeats`` fused sums of ``nbytes`` (four float32
+    arrays) over the ranks, of MPI Allreduces and of copies of as many bytes."""
+    from mpi4py import MPI
+    from theano_multigpu import mpi
+    comm = mpi.world()[0]
+    count = nbytes // 4
+    arrays = [np.random.rand(count // 4).astype('float32') for _ in range(3)]
+    arrays.append(np.random.rand(count - 3 * (count // 4)).astype('float32'))
+    whole, target = np.concatenate(arrays), np.empty(count, 'float32')
+    seconds = {'fused_sum': [], 'mpi_allreduce': [], 'memcpy': []}
+    for _ in range(repeats + 1):   # the first of each is a warm-up
+        for what, work in (('fused_sum', lambda: mpi.fused_sum().sum(arrays)),
+                           ('mpi_allreduce', lambda: comm.Allreduce(whole, target, op=MPI.SUM)),
+                           ('memcpy', lambda: np.copyto(target, whole))):
+            comm.Barrier()
+            started = time.perf_counter()
+            work()
+            seconds[what].append(time.perf_counter() - started)
+    return dict((what, times[1:]) for what, times in seconds.items())
+
+
 def main():
     cases = {}
     reply = sys.stdout
     sys.stdout = sys.stderr   # Keras's prints must not reach the driver
-    for line in sys.stdin:
-        request = json.loads(line)
+    rank = int(os.environ.get('OMPI_COMM_WORLD_RANK', os.environ.get('PMI_RANK', '0')))
+    for request in requests():
         if 'build' in request:
             name = request['build']
             started = time.perf_counter()
-            case = cases[name] = build(name, size='bench')
+            case = cases[name] = build(name, size='bench', batch=request.get('batch'))
             for _ in range(WARM_UP_STEPS):
                 case.model.train_on_batch(case.x, case.y)
             answer = {'built': name, 'seconds': time.perf_counter() - started}
@@ -65,16 +134,13 @@ def main():
                       'parameter_bytes': sum(w.nbytes for w in case.model.get_weights())}
         elif 'placement' in request:
             answer = placement_of(cases[request['placement']].model)
+        elif 'fused_sum' in request:
+            answer = fused_sum_seconds(request['fused_sum'], request['repeats'])
         else:
-            case = cases[request['time']]
-            times = []
-            for _ in range(request['steps']):
-                started = time.perf_counter()
-                case.model.train_on_batch(case.x, case.y)
-                times.append(time.perf_counter() - started)
-            answer = {'times': times}
-        reply.write(json.dumps(answer) + '\n')
-        reply.flush()
+            answer = timed_steps(cases[request['time']], request['steps'])
+        if rank == 0:
+            reply.write(json.dumps(answer) + '\n')
+            reply.flush()
 
 
 if __name__ == '__main__':

@@ -3,6 +3,7 @@
 # 1. Debian packages (installed when root, else the exact apt-get line is printed)
 # 2. .venv from /usr/bin/python3 --system-site-packages (pygpu comes from Debian)
 # 3. pinned pip packages, and this package itself (with its start-up hook)
+#    (BENCH=1, for `make bench`: also requirements-bench.txt)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,6 +33,13 @@ if [ ! -f "$stamp" ] || [ requirements.txt -nt "$stamp" ] || [ constraints.txt -
   echo "Installing pinned pip packages"
   .venv/bin/pip install -q --disable-pip-version-check -c constraints.txt -r requirements.txt
   touch "$stamp"
+fi
+
+bench_stamp=.venv/.bench-requirements-installed
+if [ "${BENCH:-}" = 1 ] && { [ ! -f "$bench_stamp" ] || [ requirements-bench.txt -nt "$bench_stamp" ]; }; then
+  echo "Installing pinned pip packages for the benchmarks"
+  .venv/bin/pip install -q --disable-pip-version-check -c constraints.txt -r requirements-bench.txt
+  touch "$bench_stamp"
 fi
 
 pkg_stamp=.venv/.package-installed

@@ -1,0 +1,180 @@
+"""Several processes on the CPU: ``mpirun -np 2`` against one process at
+the same global batch, one thread per process; the fused gradient sum
+between two ranks against a copy of as many bytes; and the scaling plot.
+
+Step times: one long-lived worker per configuration (benchmarks/step_worker.py,
+the two-rank one under mpirun); the driver asks them in turn for a few steps,
+rotating the order, so both see the same machine noise, and a worker not
+being timed sleeps.  The share of a two-rank step spent in the collectives
+(gathering the rows the loss reads, summing the gradients) comes from the
+ops' own clocks.  The scaling plot (benchmarks/scaling.png) draws the
+speedup against processes (these figures) and against pocl contexts in one
+process (pocl runs one device at a time, so contexts cannot speed it up
+here: that line shows the split's cost), with the ideal line.
+
+    python benchmarks/mpi.py [--rounds 15] [--batch 256] [--models mlp,cnn]
+"""
+import argparse
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import REPO, median, record  # noqa: E402
+from one_context import Worker  # noqa: E402
+
+COMMAND = 'python benchmarks/mpi.py'
+PLOT = os.path.join(REPO, 'benchmarks', 'scaling.png')
+# Threads: one per process, so two ranks use two cores and one process one.
+ONE_THREAD = 'openmp=False'
+POCL_CONTEXTS = {1: 'contexts=dev0->opencl0:0',
+                 2: 'contexts=dev0->opencl0:0;dev1->opencl0:1',
+                 4: 'contexts=dev0->opencl0:0;dev1->opencl0:1;dev2->opencl0:0;dev3->opencl0:1'}
+SUM_SIZES_MB = (4, 100)
+STEPS_PER_ASK = 3
+
+
+def start_workers(configurations):
+    """{key: Worker} for {key: (flags, ranks)}."""
+    base = tempfile.mkdtemp(prefix='mpi_bench_')
+    workers = {}
+    for key, (flags, ranks) in configurations.items():
+        home = os.path.join(base, str(key).replace(' ', '_'))
+        os.makedirs(home)
+        workers[key] = Worker(home, 'theano_multigpu', flags, None, ranks=ranks)
+    return workers
+
+
+def time_steps(workers, models, batch, rounds):
+    """{model: {key: [step seconds]}}, and {model: [collective seconds per
+    step]} of the MPI worker(s)."""
+    for name in models:
+        for key, worker in workers.items():
+            built = worker.ask({'build': name, 'batch': batch})
+            print('  built %-4s on %-12s in %.1f s' % (name, key, built['seconds']), flush=True)
+    steps = dict((name, dict((key, []) for key in workers)) for name in models)
+    collectives = dict((name, []) for name in models)
+    order = list(workers)
+    for round_index in range(rounds):
+        shift = round_index % len(order)
+        for name in models:
+            for key in order[shift:] + order[:shift]:
+                answer = workers[key].ask({'time': name, 'steps': STEPS_PER_ASK})
+                steps[name][key] += answer['times']
+                if 'collectives' in answer:
+                    collectives[name].append(sum(answer['collectives'].values())
+                                             / len(answer['times']))
+    return steps, collectives
+
+
+def measure_processes(models, batch, rounds):
+    workers = start_workers({'1 process': (ONE_THREAD, None), '2 ranks': (ONE_THREAD, 2)})
+    try:
+        steps, collectives = time_steps(workers, models, batch, rounds)
+        sums = dict((mb, workers['2 ranks'].ask({'fused_sum': mb * 2 ** 20, 'repeats': 10}))
+                    for mb in SUM_SIZES_MB)
+        return steps, collectives, sums
+    finally:
+        for worker in workers.values():
+            worker.close()
+
+
+def measure_contexts(batch, rounds):
+    """{n: [step seconds]} of the MLP on n pocl contexts in one process."""
+    workers = start_workers(dict(('%d contexts' % n, (flags, None))
+                                 for n, flags in POCL_CONTEXTS.items()))
+    try:
+        steps, _ = time_steps(workers, ['mlp'], batch, rounds)
+        return dict((n, steps['mlp']['%d contexts' % n]) for n in POCL_CONTEXTS)
+    finally:
+        for worker in workers.values():
+            worker.close()
+
+
+def figures_for(steps, collectives, sums, batch):
+    figures = []
+    for name in steps:
+        one, two = median(steps[name]['1 process']), median(steps[name]['2 ranks'])
+        share = median(collectives[name]) / two
+        print('  %-4s step: 1 process %7.2f ms, 2 ranks %7.2f ms, speedup %.2f; '
+              'collectives %.1f%% of a 2-rank step' % (name, one * 1e3, two * 1e3, one / two,
+                                                      100 * share))
+        where = ('CPU, one thread per process, global batch %d, median of %d steps each'
+                 % (batch, len(steps[name]['2 ranks'])))
+        figures += [
+            {'name': 'mpi/cpu/%s speedup, 2 ranks over 1 process' % name,
+             'value': round(one / two, 3), 'unit': 'x', 'goal': '>= 1.85', 'command': COMMAND,
+             'detail': {'one_ms': one * 1e3, 'two_ms': two * 1e3, 'where': where}},
+            {'name': 'mpi/cpu/%s share of a 2-rank step in the collectives' % name,
+             'value': round(share, 4), 'unit': 'fraction', 'command': COMMAND,
+             'detail': {'collective_ms': share * two * 1e3, 'where': where}}]
+    for mb, seconds in sums.items():
+        copy = median(seconds['memcpy'])
+        fused, plain = median(seconds['fused_sum']), median(seconds['mpi_allreduce'])
+        print('  %3d MB: fused sum %7.2f ms, MPI Allreduce %7.2f ms, copy %6.2f ms: '
+              'fused sum / copy %.2f, MPI Allreduce / copy %.2f'
+              % (mb, fused * 1e3, plain * 1e3, copy * 1e3, fused / copy, plain / copy))
+        where = ('2 ranks on one machine, float32 in 4 arrays; the copy: every rank '
+                 'copies as many bytes at once; median of %d' % len(seconds['memcpy']))
+        figures += [
+            {'name': 'mpi/cpu/fused gradient sum of %d MB over a copy, 2 ranks' % mb,
+             'value': round(fused / copy, 3), 'unit': 'ratio', 'goal': '<= 2.0',
+             'command': COMMAND,
+             'detail': {'fused_ms': fused * 1e3, 'copy_ms': copy * 1e3, 'where': where}},
+            {'name': 'mpi/cpu/MPI Allreduce of %d MB over a copy, 2 ranks' % mb,
+             'value': round(plain / copy, 3), 'unit': 'ratio', 'command': COMMAND,
+             'detail': {'allreduce_ms': plain * 1e3, 'copy_ms': copy * 1e3,
+                        'where': where + "; Open MPI's own, for comparison"}}]
+    return figures
+
+
+def draw(steps, contexts, path=PLOT):
+    """Speedup against workers: ranks (CPU), pocl contexts, ideal."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    figure, axes = plt.subplots(figsize=(6, 4.2), dpi=100)
+    most = max(contexts)
+    axes.plot([1, most], [1, most], '--', color='grey', label='ideal')
+    for name in steps:
+        one = median(steps[name]['1 process'])
+        axes.plot([1, 2], [1, one / median(steps[name]['2 ranks'])], 'o-',
+                  label='%s: MPI ranks, CPU, 1 thread each' % name)
+    one = median(contexts[1])
+    counts = sorted(contexts)
+    axes.plot(counts, [one / median(contexts[n]) for n in counts], 's-',
+              label='mlp: pocl contexts, one process\n(pocl runs one device at a time)')
+    axes.set_xlabel('processes or contexts')
+    axes.set_ylabel('speedup at the same global batch')
+    axes.set_xticks(range(1, most + 1))
+    axes.set_ylim(0, most + 0.2)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8, loc='upper left')
+    axes.set_title('theano_multigpu: scaling (benchmarks/mpi.py)', fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+    print('  plot written to %s' % os.path.relpath(path, REPO))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--rounds', type=int, default=15,
+                        help='rounds of %d steps per configuration and model (default 15)'
+                        % STEPS_PER_ASK)
+    parser.add_argument('--batch', type=int, default=256, help='global batch (default 256)')
+    parser.add_argument('--models', default='mlp,cnn',
+                        help='comma-separated, from benchmarks/models.py (default mlp,cnn)')
+    args = parser.parse_args(argv)
+    print('MPI on the CPU, one thread per process, global batch %d:' % args.batch, flush=True)
+    steps, collectives, sums = measure_processes(args.models.split(','), args.batch, args.rounds)
+    figures = figures_for(steps, collectives, sums, args.batch)
+    record(figures)
+    print('pocl contexts in one process, for the plot:', flush=True)
+    contexts = measure_contexts(args.batch, args.rounds)
+    draw(steps, contexts)
+    return figures
+
+
+if __name__ == '__main__':
+    main()
