@@ -5,8 +5,10 @@ Theano reads its flags once, at import, so every configuration runs in a
 fresh Python with the venv's interpreter (the start-up hook installed), a
 HOME of its own and the compile caches under .cache/ shared by all runs.
 """
+import contextlib
 import json
 import os
+import shutil
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -28,13 +30,20 @@ COMPILE_WAIT = 'compile.wait=1'
 MPIRUN = ['mpirun', '--allow-run-as-root', '--oversubscribe', '--bind-to', 'none',
           '--mca', 'btl', 'self,vader', '--mca', 'btl_vader_single_copy_mechanism', 'none']
 
-__all__ = ['REPO', 'CACHE', 'PYTHON', 'MPIRUN', 'child_env', 'record', 'median']
+# Before a command under mpirun: each rank's pocl cache is its own, named
+# after its slot's and its rank (slot 1, rank 0: pocl_cache_dir('1-rank0')).
+EACH_RANK_ITS_POCL_CACHE = ['sh', '-c', 'POCL_CACHE_DIR="$POCL_CACHE_DIR-rank$OMPI_COMM_WORLD_RANK" '
+                            'exec "$@"', 'rank']
+
+__all__ = ['REPO', 'CACHE', 'PYTHON', 'MPIRUN', 'EACH_RANK_ITS_POCL_CACHE', 'child_env',
+           'pocl_cache_dir', 'pocl_caches_side_by_side', 'record', 'median']
 
 
-def child_env(home, flags='', backend='theano_multigpu', extra=None):
+def child_env(home, flags='', backend='theano_multigpu', extra=None, slot=None):
     """Environment for a child Python: KERAS_BACKEND, THEANO_FLAGS, HOME.
 
-    ``backend=None`` leaves KERAS_BACKEND unset; ``extra`` adds variables.
+    ``backend=None`` leaves KERAS_BACKEND unset; ``extra`` adds variables;
+    a child running beside others takes a ``slot`` (see pocl_caches_side_by_side).
     """
     env = dict(os.environ)
     for key in ('KERAS_BACKEND', 'THEANO_FLAGS', 'THEANO_MULTIGPU_COMPAT', 'THEANORC'):
@@ -46,7 +55,7 @@ def child_env(home, flags='', backend='theano_multigpu', extra=None):
                                    if f)
     env['HOME'] = str(home)
     env['THEANORC'] = os.path.join(str(home), '.theanorc')
-    env['POCL_CACHE_DIR'] = os.path.join(CACHE, 'pocl')
+    env['POCL_CACHE_DIR'] = pocl_cache_dir(slot)
     env.setdefault('POCL_DEVICES', 'pthread pthread')
     env.setdefault('POCL_MAX_PTHREAD_COUNT', '1')
     env['PYTHONDONTWRITEBYTECODE'] = '1'
@@ -55,6 +64,39 @@ def child_env(home, flags='', backend='theano_multigpu', extra=None):
     if extra:
         env.update(extra)
     return env
+
+
+def pocl_cache_dir(slot=None):
+    """pocl's kernel cache: the shared one, or the one of ``slot``."""
+    return os.path.join(CACHE, 'pocl', 'shared' if slot is None else 'slot%s' % slot)
+
+
+@contextlib.contextmanager
+def pocl_caches_side_by_side(slots):
+    """pocl's kernel cache is not safe for processes that build the same
+    program at once (one can load the other's half-written kernel: pocl
+    issue 1480), so children running side by side each use the cache of
+    their slot, seeded from the shared cache before and merged into it after."""
+    for slot in slots:
+        _merge_tree(pocl_cache_dir(), pocl_cache_dir(slot))
+    try:
+        yield
+    finally:
+        for slot in slots:
+            _merge_tree(pocl_cache_dir(slot), pocl_cache_dir())
+
+
+def _merge_tree(source, target):
+    """Hard-link (or copy) into ``target`` the files of ``source`` it lacks."""
+    for root, _, files in os.walk(source):
+        into = os.path.join(target, os.path.relpath(root, source))
+        os.makedirs(into, exist_ok=True)
+        for name in files:
+            if not os.path.exists(os.path.join(into, name)):
+                try:
+                    os.link(os.path.join(root, name), os.path.join(into, name))
+                except OSError:
+                    shutil.copy2(os.path.join(root, name), os.path.join(into, name))
 
 
 def median(values):

@@ -6,6 +6,7 @@ fresh Python process: ``run_python`` starts one with the venv's interpreter
 and the Theano/pocl compile caches shared between tests
 (``benchmarks/harness.py``, which the benchmarks share).
 """
+import contextlib
 import os
 import subprocess
 import sys
@@ -16,7 +17,8 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 'benchmarks'))
-from harness import CACHE, MPIRUN, PYTHON, REPO  # noqa: E402,F401
+from harness import CACHE, EACH_RANK_ITS_POCL_CACHE, MPIRUN, PYTHON, REPO  # noqa: E402,F401
+from harness import pocl_caches_side_by_side  # noqa: E402
 from harness import child_env  # noqa: E402
 
 
@@ -34,10 +36,22 @@ FOUR = 'contexts=dev0->opencl0:0;dev1->opencl0:1;dev2->opencl0:0;dev3->opencl0:1
 TEST_COMPILE_FLAGS = 'gcc.cxxflags=-O0 -g0'
 
 
-def python_env(home, flags='', backend='theano_multigpu', extra=None):
+def python_env(home, flags='', backend='theano_multigpu', extra=None, slot=None):
     """benchmarks/harness.py's child environment, compiling with
-    TEST_COMPILE_FLAGS."""
-    return child_env(home, ','.join(f for f in (TEST_COMPILE_FLAGS, flags) if f), backend, extra)
+    TEST_COMPILE_FLAGS (``slot``: see child_env)."""
+    return child_env(home, ','.join(f for f in (TEST_COMPILE_FLAGS, flags) if f), backend, extra,
+                     slot)
+
+
+def side_by_side(keys, ranks=None):
+    """The pocl caches of children running side by side, one per key (a
+    slot each, its index; one per rank for keys in ``ranks``):
+    ({key: slot}, context manager)."""
+    ranks = ranks or {}
+    slots = dict((key, slot) for slot, key in enumerate(keys))
+    caches = [('%d-rank%d' % (slots[key], r)) if key in ranks else slots[key]
+              for key in keys for r in range(ranks.get(key, 1))]
+    return slots, pocl_caches_side_by_side(caches)
 
 
 def train_models(base, flags, models, steps, batch, ranks=None):
@@ -49,16 +63,18 @@ def train_models(base, flags, models, steps, batch, ranks=None):
     import numpy as np
     ranks = ranks or {}
 
+    slots, caches = side_by_side(list(flags), ranks)
+
     def train(key):
         home = base / ('home_%s' % key)
         home.mkdir()
         out = str(home / 'out_{rank}.npz')
-        run_python(home, flags=flags[key], timeout=2700, ranks=ranks.get(key),
+        run_python(home, flags=flags[key], timeout=2700, ranks=ranks.get(key), slot=slots[key],
                    args=[os.path.join(CHILDREN, 'train_models.py'), out, str(steps),
                          str(batch)] + list(models[key]))
         return [dict(np.load(out.replace('{rank}', str(r)))) for r in range(ranks.get(key, 1))]
 
-    with ThreadPoolExecutor(len(flags)) as pool:
+    with caches, ThreadPoolExecutor(len(flags)) as pool:
         futures = dict((key, pool.submit(train, key)) for key in flags)
         results = {}
         for key, future in futures.items():
@@ -84,19 +100,25 @@ needs_pocl = pytest.mark.skipif(
 
 
 def run_python(home, code=None, flags='', backend='theano_multigpu', args=(),
-               extra_env=None, timeout=900, check=True, cwd=None, ranks=None):
+               extra_env=None, timeout=900, check=True, cwd=None, ranks=None, slot=None):
     """Run ``code`` (a string, dedented) or ``args`` in a fresh Python, or
-    with ``ranks`` in that many, started by mpirun.
+    with ``ranks`` in that many, started by mpirun.  A child running beside
+    others takes a ``slot`` (``side_by_side``); ranks take one each.
 
     Returns the CompletedProcess; with ``check`` a non-zero exit fails the
     test and shows the child's output.
     """
     command = [PYTHON] + (['-c', textwrap.dedent(code)] if code is not None else []) + list(args)
+    caches = contextlib.nullcontext()
     if ranks is not None:
-        command = MPIRUN + ['-np', str(ranks)] + command
-    result = subprocess.run(command, env=python_env(home, flags, backend, extra_env),
-                            cwd=cwd or str(home), capture_output=True, text=True,
-                            timeout=timeout)
+        command = MPIRUN + ['-np', str(ranks)] + EACH_RANK_ITS_POCL_CACHE + command
+        if slot is None:
+            slots, caches = side_by_side([0], {0: ranks})
+            slot = slots[0]
+    with caches:
+        result = subprocess.run(command, env=python_env(home, flags, backend, extra_env, slot),
+                                cwd=cwd or str(home), capture_output=True, text=True,
+                                timeout=timeout)
     if check and result.returncode != 0:
         pytest.fail('child Python exited %d\n--- stdout\n%s\n--- stderr\n%s'
                     % (result.returncode, result.stdout, result.stderr[-6000:]))

@@ -19,7 +19,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from conftest import REPO, PYTHON, have_pocl_devices, python_env
+from conftest import REPO, PYTHON, have_pocl_devices, python_env, side_by_side
 
 BENCHMARKS = os.path.join(REPO, 'benchmarks')
 sys.path.insert(0, BENCHMARKS)
@@ -79,29 +79,32 @@ def _train_both(tmp_path_factory, configuration):
     base = tmp_path_factory.mktemp('parity_' + configuration)
     children = {}
     code = textwrap.dedent(CHILD % {'benchmarks': BENCHMARKS, 'steps': STEPS})
-    for side, settings in CONFIGURATIONS[configuration].items():
-        home = base / side
-        home.mkdir()
-        env = python_env(home, settings['flags'], settings['backend'], settings['extra'])
-        log = open(str(base / (side + '.log')), 'w')
-        process = subprocess.Popen([PYTHON, '-c', code, str(base / (side + '.npz'))],
-                                   env=env, cwd=str(home), stdout=log,
-                                   stderr=subprocess.STDOUT)
-        children[side] = (process, log)
-    results = {}
-    for side, (process, log) in children.items():
-        try:
-            returncode = process.wait(timeout=1800)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            returncode = 'timeout'
-        log.close()
-        if returncode != 0:
-            with open(log.name) as text:
-                pytest.fail('%s child (%s) exited %s\n%s'
-                            % (side, configuration, returncode, text.read()[-6000:]))
-        with np.load(str(base / (side + '.npz'))) as data:
-            results[side] = {key: data[key] for key in data.files}
+    slots, caches = side_by_side(list(CONFIGURATIONS[configuration]))
+    with caches:
+        for side, settings in CONFIGURATIONS[configuration].items():
+            home = base / side
+            home.mkdir()
+            env = python_env(home, settings['flags'], settings['backend'], settings['extra'],
+                             slots[side])
+            log = open(str(base / (side + '.log')), 'w')
+            process = subprocess.Popen([PYTHON, '-c', code, str(base / (side + '.npz'))],
+                                       env=env, cwd=str(home), stdout=log,
+                                       stderr=subprocess.STDOUT)
+            children[side] = (process, log)
+        results = {}
+        for side, (process, log) in children.items():
+            try:
+                returncode = process.wait(timeout=1800)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                returncode = 'timeout'
+            log.close()
+            if returncode != 0:
+                with open(log.name) as text:
+                    pytest.fail('%s child (%s) exited %s\n%s'
+                                % (side, configuration, returncode, text.read()[-6000:]))
+            with np.load(str(base / (side + '.npz'))) as data:
+                results[side] = {key: data[key] for key in data.files}
     return results
 
 

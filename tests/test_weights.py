@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from conftest import CHILDREN, ONE, TWO, needs_pocl, run_python
+from conftest import CHILDREN, ONE, TWO, needs_pocl, run_python, side_by_side
 
 pytestmark = needs_pocl
 
@@ -30,7 +30,7 @@ def fits(tmp_path_factory):
     def fit(key):
         home = base / key
         home.mkdir()
-        run_python(home, flags=CONFIGURATIONS[key], timeout=2700,
+        run_python(home, flags=CONFIGURATIONS[key], timeout=2700, slot=slots[key],
                    args=[os.path.join(CHILDREN, 'fit_digits.py'), 'train', str(home)])
         return home
 
@@ -39,7 +39,8 @@ def fits(tmp_path_factory):
                    args=[os.path.join(CHILDREN, 'fit_digits.py'), 'load', str(homes[key])])
         return dict(np.load(str(homes[key] / 'loaded.npz')))
 
-    with ThreadPoolExecutor(len(CONFIGURATIONS)) as pool:
+    slots, caches = side_by_side(list(CONFIGURATIONS))
+    with caches, ThreadPoolExecutor(len(CONFIGURATIONS)) as pool:
         homes = dict(zip(CONFIGURATIONS, pool.map(fit, CONFIGURATIONS)))
         loaded = dict(zip(MODES, pool.map(load, MODES)))
     return ({key: dict(np.load(str(home / 'results.npz'))) for key, home in homes.items()},

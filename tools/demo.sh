@@ -22,7 +22,7 @@ export POCL_DEVICES="${POCL_DEVICES:-pthread pthread}"
 export POCL_MAX_PTHREAD_COUNT="${POCL_MAX_PTHREAD_COUNT:-1}"
 # Compile caches shared with the tests; no ~/.theanorc, so that the flags
 # below are all there is.
-export POCL_CACHE_DIR="$PWD/.cache/pocl"
+export POCL_CACHE_DIR="$PWD/.cache/pocl/shared"
 export THEANORC=/dev/null
 BASE_FLAGS="base_compiledir=$PWD/.cache/theano,floatX=float32"
 
