@@ -62,6 +62,7 @@ def requests():
         while not waiting.Test():
             time.sleep(0.001)
         line = comm.bcast(line, root=0)
+        comm.Barrier()   # all awake: the timing starts together
         if not line:
             return
         yield json.loads(line)
@@ -86,7 +87,8 @@ def timed_steps(case, steps):
 
 def fused_sum_seconds(nbytes, repeats):
     """Seconds of ``repeats`` fused sums of ``nbytes`` (four float32
-    arrays) over the ranks, of MPI Allreduces and of copies of as many bytes."""
+    arrays) over the ranks, of MPI Allreduces and of copies of as many bytes
+    (into memory in use, and into new memory, as the sums' results are)."""
     from mpi4py import MPI
     from theano_multigpu import mpi
     comm = mpi.world()[0]
@@ -94,11 +96,12 @@ def fused_sum_seconds(nbytes, repeats):
     arrays = [np.random.rand(count // 4).astype('float32') for _ in range(3)]
     arrays.append(np.random.rand(count - 3 * (count // 4)).astype('float32'))
     whole, target = np.concatenate(arrays), np.empty(count, 'float32')
-    seconds = {'fused_sum': [], 'mpi_allreduce': [], 'memcpy': []}
+    seconds = {'fused_sum': [], 'mpi_allreduce': [], 'memcpy': [], 'memcpy_new': []}
     for _ in range(repeats + 1):   # the first of each is a warm-up
         for what, work in (('fused_sum', lambda: mpi.fused_sum().sum(arrays)),
                            ('mpi_allreduce', lambda: comm.Allreduce(whole, target, op=MPI.SUM)),
-                           ('memcpy', lambda: np.copyto(target, whole))):
+                           ('memcpy', lambda: np.copyto(target, whole)),
+                           ('memcpy_new', lambda: whole.copy())):
             comm.Barrier()
             started = time.perf_counter()
             work()
