@@ -21,7 +21,7 @@ def collect():
     """Everything ``info`` prints, as a dict (imports Theano, not Keras)."""
     import numpy
     import theano
-    from . import devices, mesh as mesh_module
+    from . import devices, launcher, mesh as mesh_module
     facts = {
         'python': platform.python_version(),
         'numpy': numpy.__version__,
@@ -30,6 +30,8 @@ def collect():
         'pygpu': _version('pygpu'),
         'libgpuarray api': _gpuarray_api(),
         'devices found': ', '.join(_devices_found()) or 'none',
+        # Importing mpi4py alone does not start MPI (mpi4py.MPI does).
+        'mpi4py': _version('mpi4py'),
     }
     mesh = mesh_module.current()
     contexts = []
@@ -51,7 +53,9 @@ def collect():
         'multigpu.report': theano.config.multigpu.report,
         'multigpu.layer_map': theano.config.multigpu.layer_map or '(balanced plan)',
         'multigpu.device_memory': theano.config.multigpu.device_memory or '(free memory)',
+        'multigpu.mpi_shared_memory': theano.config.multigpu.mpi_shared_memory,
         'effective mode': mesh.mode,
+        'MPI ranks': launcher.world_size(),
         'blas.ldflags': theano.config.blas.ldflags,
     }
     return {'versions': facts, 'contexts': contexts, 'settings': settings}
@@ -110,6 +114,7 @@ def main():
               % (c['name'], c['device'], c['kind'], _mib(c['total_bytes']),
                  _mib(c['free_bytes']), '  (master)' if c['master'] else ''))
     print('settings:')
+    width = max(len(key) for key in facts['settings'])
     for key, value in facts['settings'].items():
-        print('  %-18s %s' % (key, value))
+        print('  %-*s %s' % (width, key, value))
     return 0
