@@ -5,7 +5,8 @@ between two ranks against a copy of as many bytes; and the scaling plot.
 Step times: one long-lived worker per configuration (benchmarks/step_worker.py,
 the two-rank one under mpirun); the driver asks them in turn for a few steps,
 rotating the order, so both see the same machine noise, and a worker not
-being timed sleeps.  The share of a two-rank step spent in the collectives
+being timed sleeps (the first step of each ask is dropped: its ranks wake
+at different moments).  The share of a two-rank step spent in the collectives
 (gathering the rows the loss reads, summing the gradients) comes from the
 ops' own clocks.  The scaling plot (benchmarks/scaling.png) draws the
 speedup against processes (these figures) and against pocl contexts in one
@@ -31,7 +32,9 @@ POCL_CONTEXTS = {1: 'contexts=dev0->opencl0:0',
                  2: 'contexts=dev0->opencl0:0;dev1->opencl0:1',
                  4: 'contexts=dev0->opencl0:0;dev1->opencl0:1;dev2->opencl0:0;dev3->opencl0:1'}
 SUM_SIZES_MB = (4, 100)
-STEPS_PER_ASK = 10
+# Steps timed per ask; the first of each is dropped (the ranks of a
+# worker that slept while another was timed wake up at different moments).
+STEPS_PER_ASK = 20
 
 
 def start_workers(configurations):
@@ -59,9 +62,9 @@ def time_steps(workers, models, batch, rounds):
         shift = round_index % len(order)
         for name in models:
             for key in order[shift:] + order[:shift]:
-                answer = workers[key].ask({'time': name, 'steps': STEPS_PER_ASK})
-                steps[name][key] += answer['times']
-                if 'collectives' in answer:
+                answer = workers[key].ask({'time': name, 'steps': STEPS_PER_ASK + 1})
+                steps[name][key] += answer['times'][1:]
+                if 'collectives' in answer:   # all steps of the ask, the first too
                     collectives[name].append(sum(answer['collectives'].values())
                                              / len(answer['times']))
     return steps, collectives
