@@ -30,13 +30,19 @@ COMPILE_WAIT = 'compile.wait=1'
 MPIRUN = ['mpirun', '--allow-run-as-root', '--oversubscribe', '--bind-to', 'none',
           '--mca', 'btl', 'self,vader', '--mca', 'btl_vader_single_copy_mechanism', 'none']
 
-# Before a command under mpirun: each rank's pocl cache is its own, named
-# after its slot's and its rank (slot 1, rank 0: pocl_cache_dir('1-rank0')).
+# Before a command under mpirun: each rank's pocl cache is its own, its
+# slot's suffixed with its rank (rank_slots names them).
 EACH_RANK_ITS_POCL_CACHE = ['sh', '-c', 'POCL_CACHE_DIR="$POCL_CACHE_DIR-rank$OMPI_COMM_WORLD_RANK" '
                             'exec "$@"', 'rank']
 
-__all__ = ['REPO', 'CACHE', 'PYTHON', 'MPIRUN', 'EACH_RANK_ITS_POCL_CACHE', 'child_env',
-           'pocl_cache_dir', 'pocl_caches_side_by_side', 'record', 'median']
+
+def rank_slots(slot, ranks):
+    """The slots whose pocl caches the ranks of a child in ``slot`` use
+    (under EACH_RANK_ITS_POCL_CACHE)."""
+    return ['%s-rank%d' % (slot, rank) for rank in range(ranks)]
+
+__all__ = ['REPO', 'CACHE', 'PYTHON', 'MPIRUN', 'EACH_RANK_ITS_POCL_CACHE', 'rank_slots',
+           'child_env', 'pocl_cache_dir', 'pocl_caches_side_by_side', 'record', 'median']
 
 
 def child_env(home, flags='', backend='theano_multigpu', extra=None, slot=None):

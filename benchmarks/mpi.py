@@ -18,11 +18,10 @@ here: that line shows the split's cost), with the ideal line.
 import argparse
 import os
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import REPO, median, record  # noqa: E402
-from one_context import Worker  # noqa: E402
+from one_context import shim_workers  # noqa: E402
 
 COMMAND = 'python benchmarks/mpi.py'
 PLOT = os.path.join(REPO, 'benchmarks', 'scaling.png')
@@ -35,17 +34,6 @@ SUM_SIZES_MB = (4, 100)
 # Steps timed per ask; the first of each is dropped (the ranks of a
 # worker that slept while another was timed wake up at different moments).
 STEPS_PER_ASK = 20
-
-
-def start_workers(configurations):
-    """{key: Worker} for {key: (flags, ranks)}."""
-    base = tempfile.mkdtemp(prefix='mpi_bench_')
-    workers = {}
-    for key, (flags, ranks) in configurations.items():
-        home = os.path.join(base, str(key).replace(' ', '_'))
-        os.makedirs(home)
-        workers[key] = Worker(home, 'theano_multigpu', flags, None, ranks=ranks)
-    return workers
 
 
 def time_steps(workers, models, batch, rounds):
@@ -71,7 +59,8 @@ def time_steps(workers, models, batch, rounds):
 
 
 def measure_processes(models, batch, rounds):
-    workers = start_workers({'1 process': (ONE_THREAD, None), '2 ranks': (ONE_THREAD, 2)})
+    workers = shim_workers('mpi_', {'1 process': ONE_THREAD, '2 ranks': ONE_THREAD},
+                           ranks={'2 ranks': 2})
     try:
         steps, collectives = time_steps(workers, models, batch, rounds)
         sums = dict((mb, workers['2 ranks'].ask({'fused_sum': mb * 2 ** 20, 'repeats': 10}))
@@ -84,11 +73,10 @@ def measure_processes(models, batch, rounds):
 
 def measure_contexts(batch, rounds):
     """{n: [step seconds]} of the MLP on n pocl contexts in one process."""
-    workers = start_workers(dict(('%d contexts' % n, (flags, None))
-                                 for n, flags in POCL_CONTEXTS.items()))
+    workers = shim_workers('mpi_contexts_', POCL_CONTEXTS)
     try:
         steps, _ = time_steps(workers, ['mlp'], batch, rounds)
-        return dict((n, steps['mlp']['%d contexts' % n]) for n in POCL_CONTEXTS)
+        return steps['mlp']
     finally:
         for worker in workers.values():
             worker.close()

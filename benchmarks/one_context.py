@@ -63,14 +63,15 @@ class Worker(object):
         self.log.close()
 
 
-def shim_workers(prefix, contexts):
-    """{n: Worker} on the shim, one per THEANO_FLAGS in ``contexts`` ({n: flags})."""
+def shim_workers(prefix, contexts, ranks=None):
+    """{key: Worker} on the shim, one per THEANO_FLAGS in ``contexts``
+    ({key: flags}); a key in ``ranks`` ({key: n}) runs under mpirun."""
     base = tempfile.mkdtemp(prefix=prefix)
     workers = {}
-    for n, flags in contexts.items():
-        home = os.path.join(base, 'contexts%d' % n)
+    for key, flags in contexts.items():
+        home = os.path.join(base, 'worker_%s' % str(key).replace(' ', '_'))
         os.makedirs(home)
-        workers[n] = Worker(home, 'theano_multigpu', flags, None)
+        workers[key] = Worker(home, 'theano_multigpu', flags, None, (ranks or {}).get(key))
     return workers
 
 

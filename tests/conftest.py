@@ -18,7 +18,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 'benchmarks'))
 from harness import CACHE, EACH_RANK_ITS_POCL_CACHE, MPIRUN, PYTHON, REPO  # noqa: E402,F401
-from harness import pocl_caches_side_by_side  # noqa: E402
+from harness import pocl_caches_side_by_side, rank_slots  # noqa: E402
 from harness import child_env  # noqa: E402
 
 
@@ -49,8 +49,9 @@ def side_by_side(keys, ranks=None):
     ({key: slot}, context manager)."""
     ranks = ranks or {}
     slots = dict((key, slot) for slot, key in enumerate(keys))
-    caches = [('%d-rank%d' % (slots[key], r)) if key in ranks else slots[key]
-              for key in keys for r in range(ranks.get(key, 1))]
+    caches = []
+    for key in keys:
+        caches += rank_slots(slots[key], ranks[key]) if key in ranks else [slots[key]]
     return slots, pocl_caches_side_by_side(caches)
 
 

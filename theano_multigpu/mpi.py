@@ -195,8 +195,9 @@ class FusedSum(object):
     def __init__(self, comm, shared_memory=True):
         from mpi4py import MPI
         self.node = comm.Split_type(MPI.COMM_TYPE_SHARED) if shared_memory else MPI.COMM_SELF
-        self.leaders = comm.Split(0 if self.node.Get_rank() == 0 else MPI.UNDEFINED,
-                                  comm.Get_rank())
+        leaders = comm.Split(0 if self.node.Get_rank() == 0 else MPI.UNDEFINED, comm.Get_rank())
+        # Only this machine's leader, and only with other machines, joins an Allreduce.
+        self.leaders = leaders if leaders != MPI.COMM_NULL and leaders.Get_size() > 1 else None
         self.window, self.slot_bytes = None, 0
 
     def sum(self, arrays):
@@ -215,7 +216,7 @@ class FusedSum(object):
         total = slots[0][lo:hi]
         for slot in slots[1:]:
             np.add(total, slot[lo:hi], out=total)
-        if self.leaders != MPI.COMM_NULL and self.leaders.Get_size() > 1:
+        if self.leaders is not None:
             self.node.Barrier()
             self.leaders.Allreduce(MPI.IN_PLACE, slots[0], op=MPI.SUM)
         self.node.Barrier()
