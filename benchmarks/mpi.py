@@ -20,6 +20,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from batchwise import CONTEXTS  # noqa: E402
 from harness import REPO, median, record  # noqa: E402
 from one_context import shim_workers  # noqa: E402
 
@@ -27,9 +28,6 @@ COMMAND = 'python benchmarks/mpi.py'
 PLOT = os.path.join(REPO, 'benchmarks', 'scaling.png')
 # Threads: one per process, so two ranks use two cores and one process one.
 ONE_THREAD = 'openmp=False'
-POCL_CONTEXTS = {1: 'contexts=dev0->opencl0:0',
-                 2: 'contexts=dev0->opencl0:0;dev1->opencl0:1',
-                 4: 'contexts=dev0->opencl0:0;dev1->opencl0:1;dev2->opencl0:0;dev3->opencl0:1'}
 SUM_SIZES_MB = (4, 100)
 # Steps timed per ask; the first of each is dropped (the ranks of a
 # worker that slept while another was timed wake up at different moments).
@@ -73,7 +71,7 @@ def measure_processes(models, batch, rounds):
 
 def measure_contexts(batch, rounds):
     """{n: [step seconds]} of the MLP on n pocl contexts in one process."""
-    workers = shim_workers('mpi_contexts_', POCL_CONTEXTS)
+    workers = shim_workers('mpi_contexts_', CONTEXTS)
     try:
         steps, _ = time_steps(workers, ['mlp'], batch, rounds)
         return steps['mlp']
