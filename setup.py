@@ -1,7 +1,7 @@
 """theano_multigpu: multi-GPU training for Keras 1.x on Theano."""
 import os
 
-from setuptools import setup
+from setuptools import find_packages, setup
 from setuptools.command.build_py import build_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -29,7 +29,7 @@ setup(
     description='A Keras 1.x backend that trains on several GPUs with Theano',
     long_description=open(os.path.join(HERE, 'README.rst')).read(),
     long_description_content_type='text/x-rst',
-    packages=['theano_multigpu', 'theano_multigpu.compat'],
+    packages=find_packages(include=['theano_multigpu', 'theano_multigpu.*']),
     py_modules=['_theano_multigpu_startup'],
     cmdclass={'build_py': build_py_with_pth},
     python_requires='>=3.8',

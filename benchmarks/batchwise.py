@@ -1,6 +1,7 @@
 """Batch-wise mode on pocl: 2 and 4 contexts against 1 at the same global batch.
 
-pocl runs one device at a time (DESIGN.md), so N contexts cannot be faster
+pocl runs one device at a time (one Theano function driving two pocl
+devices took as long as driving one), so N contexts cannot be faster
 than one here: the step-time ratio measures what the split costs (the
 slices, the weight copies, the gathers and the gradient sum), which is the
 shim's overhead (goal <= 1.10 at 2 contexts).  One long-lived worker per

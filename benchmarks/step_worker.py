@@ -39,7 +39,8 @@ RANK = int(os.environ.get('OMPI_COMM_WORLD_RANK', '0'))
 
 def placement_of(model):
     """{'resident': {context: bytes}, 'planned': {context: bytes}}."""
-    from theano_multigpu import layerwise, mesh, placement
+    from theano_multigpu.config import mesh
+    from theano_multigpu.graph import plan as layerwise, report as placement
     model = getattr(model, 'model', model)
     current = mesh.current()
     resident = placement.resident_bytes(model.train_function.function, current)
@@ -58,8 +59,8 @@ def requests():
         for line in sys.stdin:
             yield json.loads(line)
         return
-    from theano_multigpu import mpi
-    comm, rank, size = mpi.world()
+    from theano_multigpu.mpi.world import world
+    comm, rank, size = world()
     while True:
         line = sys.stdin.readline() if rank == 0 else None
         waiting = comm.Ibarrier()
@@ -75,7 +76,7 @@ def requests():
 def timed_steps(case, steps):
     """{'times': seconds of each step} (and the collectives' under MPI)."""
     if UNDER_MPI:
-        from theano_multigpu import mpi
+        from theano_multigpu.mpi import ops as mpi
         before = dict(mpi.collective_seconds)
     times = []
     for _ in range(steps):
@@ -93,7 +94,7 @@ def fused_sum_seconds(nbytes, repeats):
     arrays) over the ranks, of MPI Allreduces and of copies of as many bytes
     (into memory in use, and into new memory, as the sums' results are)."""
     from mpi4py import MPI
-    from theano_multigpu import mpi
+    from theano_multigpu.mpi import transport as mpi
     comm = mpi.world()[0]
     count = nbytes // 4
     arrays = [np.random.rand(count // 4).astype('float32') for _ in range(3)]
@@ -131,7 +132,7 @@ def main():
             model._make_train_function()
             answer = {'seconds': time.perf_counter() - started}
         elif 'moved' in request:
-            from theano_multigpu import transfer
+            from theano_multigpu.graph import transfer
             case = cases[request['moved']]
             before = sum(transfer.bytes_moved.values())
             case.model.train_on_batch(case.x, case.y)

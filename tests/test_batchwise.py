@@ -104,7 +104,8 @@ def test_placement_check_names_an_op_on_the_wrong_context(home):
         import numpy as np
         import theano
         import theano.tensor as T
-        from theano_multigpu import mesh, placement, transfer
+        from theano_multigpu.config import mesh
+        from theano_multigpu.graph import placement, transfer
         from theano_multigpu.errors import PlacementError
         W = theano.shared(np.arange(12, dtype='float32').reshape(4, 3), name='W')
         x = T.matrix('x')

@@ -122,7 +122,7 @@ def test_missing_device_flag_lists_the_devices_found(home):
 
 SETTINGS = '''
     import json, theano
-    from theano_multigpu import mesh
+    from theano_multigpu.config import mesh
     m = mesh.current()
     c = theano.config.multigpu
     print(json.dumps({'settings': [c.mode, c.contexts, c.master],

@@ -112,7 +112,8 @@ def test_explicit_layer_map_is_followed_and_checked(home):
         import numpy as np
         from keras.models import Sequential
         from keras.layers import Dense
-        from theano_multigpu import layerwise, mesh, placement, planner
+        from theano_multigpu.config import mesh
+        from theano_multigpu.graph import placement, planner, plan as layerwise
         from theano_multigpu.errors import PlanError
         model = Sequential([Dense(4, input_dim=3, name='a1'), Dense(4, name='a2'),
                             Dense(4, name='b1'), Dense(2, name='b2')])

@@ -85,7 +85,7 @@ def test_two_ranks_with_two_contexts_each_train_as_one_context(tmp_path_factory)
 
 FUSED_SUM_SCRIPT = """
 import numpy as np
-from theano_multigpu import mpi
+from theano_multigpu.mpi import transport as mpi
 comm, rank, size = mpi.world()
 rng = np.random.RandomState(rank)
 for shapes, dtype in [([(3, 5), (7,), ()], 'float32'), ([(1000, 300)], 'float32'),

@@ -26,8 +26,8 @@ def _load_pure_modules():
     package.__path__ = list(spec.submodule_search_locations)
     sys.modules['theano_multigpu'] = package
     try:
-        return (importlib.import_module('theano_multigpu.settings'),
-                importlib.import_module('theano_multigpu.mesh'),
+        return (importlib.import_module('theano_multigpu.config.settings'),
+                importlib.import_module('theano_multigpu.config.mesh'),
                 importlib.import_module('theano_multigpu.errors'))
     finally:
         for name in list(sys.modules):

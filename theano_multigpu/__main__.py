@@ -17,8 +17,8 @@ def _activate():
     """The shim, also where THEANO_MULTIGPU_COMPAT=1 kept the import from
     turning it on; KERAS_BACKEND is set for child processes too."""
     os.environ['KERAS_BACKEND'] = 'theano_multigpu'
-    from . import activation
-    activation.activate()
+    from .startup import turn_on
+    turn_on.activate()
 
 
 def _run(args):
@@ -44,7 +44,7 @@ def _report(args):
 
 def _info(args):
     _activate()
-    from . import info
+    from .startup import info
     return info.main()
 
 

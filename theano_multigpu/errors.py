@@ -1,6 +1,6 @@
 """The exceptions theano_multigpu raises."""
 
-__all__ = ['ConfigurationError', 'PlacementError', 'PlanError']
+__all__ = ['ConfigurationError', 'PlacementError', 'PlanError', 'PatchTargetError']
 
 
 class ConfigurationError(ValueError):
@@ -17,3 +17,8 @@ class PlacementError(RuntimeError):
 class PlanError(ValueError):
     """The layer-wise plan cannot place the model on the contexts' memory,
     or the explicit layer map does not fit the model."""
+
+
+class PatchTargetError(RuntimeError):
+    """A function or class that theano_multigpu patches is not the one its
+    patch was written for (another Theano or Keras version)."""

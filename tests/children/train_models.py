@@ -113,7 +113,8 @@ def misplaced_heavy_ops(model):
     flags, as strings; None on another backend."""
     if os.environ.get('KERAS_BACKEND') != 'theano_multigpu':
         return None
-    from theano_multigpu import mesh, placement
+    from theano_multigpu.config import mesh
+    from theano_multigpu.graph import placement
     model = getattr(model, 'model', model)
     flagged = []
     for attribute in ('train_function', 'test_function', 'predict_function'):
@@ -131,7 +132,8 @@ def layer_placement(model):
     function reads."""
     if os.environ.get('KERAS_BACKEND') != 'theano_multigpu':
         return None
-    from theano_multigpu import layerwise, mesh
+    from theano_multigpu.config import mesh
+    from theano_multigpu.graph import plan as layerwise
     if mesh.current().mode != 'layer':
         return None
     plan, master = layerwise.current_plan(), mesh.current().master

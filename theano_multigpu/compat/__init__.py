@@ -1,9 +1,18 @@
-"""Fixes that let Theano 1.0.5 and Keras 1.0.1 to 1.2.2 run on Python 3.11.
+"""Compatibility patches: Theano 1.0.5 and Keras 1.0.1 to 1.2.2 on Python
+3.11 and today's packages (``python_fixes``, ``theano_fixes``,
+``keras_fixes``), and Theano's gpuarray backend with several contexts
+(``gpuarray_fixes``, installed once contexts are registered).
 
-Importing this package installs them all; it edits no installed file.  Each
-fix acts when its module is first imported (see ``theano_multigpu.importhook``),
-so installing costs almost nothing.  Plain Keras-Theano users get the fixes
-alone with ``THEANO_MULTIGPU_COMPAT=1 KERAS_BACKEND=theano python train.py``.
+Importing this package installs the first three; it edits no installed
+file.  Each fix acts when its module is first imported (see
+``theano_multigpu.importhook``), so installing costs almost nothing, and
+each checks its target first (``theano_multigpu.patch_targets``).  Plain
+Keras-Theano users get the fixes alone with
+``THEANO_MULTIGPU_COMPAT=1 KERAS_BACKEND=theano python train.py``.
+Graph rewrites of the package are registered through ``optimizers``.
+
+May import: ``theano_multigpu.config`` and the base modules (``errors``,
+``importhook``, ``patch_targets``).
 """
 from . import keras_fixes, python_fixes, theano_fixes
 

@@ -5,8 +5,14 @@ import json
 import os
 
 from .. import importhook
+from ..patch_targets import Attributes
 
 __all__ = ['install', 'keras_config_path', 'yaml_loader_class', 'write_theano_keras_json']
+
+MODELS = Attributes('keras.models', ('model_from_yaml',),
+                    'model_from_yaml (and load_model) read YAML safely and h5py 3 files')
+CONTAINER = Attributes('keras.engine.topology.Container', ('load_weights',),
+                       'load_weights reads h5py 3 files')
 
 
 def keras_config_path():
@@ -173,13 +179,14 @@ def _with_h5py2_group(method):
 
 
 def _fix_models(models):
+    MODELS.check(models)
     models.model_from_yaml = _with_safe_yaml(models.model_from_yaml)
     if hasattr(models, 'load_model'):  # not in Keras 1.0.1
         models.load_model = _with_h5py2_strings(models.load_model)
 
 
 def _fix_topology(topology):
-    container = topology.Container
+    container = CONTAINER.check(topology.Container)
     container.load_weights = _with_h5py2_strings(container.load_weights)
     for name in ('load_weights_from_hdf5_group',  # not in Keras 1.0.1
                  'load_weights_from_hdf5_group_by_name'):

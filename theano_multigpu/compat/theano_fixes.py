@@ -7,11 +7,29 @@ import re
 import subprocess
 import sys
 import textwrap
-import warnings
 
 from .. import importhook
+from ..config.mpi_environment import launched_by_mpi
+from ..config.settings import CONFIGPARSER
+from ..patch_targets import Parameters, SourceDigest
 
 __all__ = ['install', 'default_blas_ldflags']
+
+COP_CACHE_VERSION = SourceDigest(
+    'theano.gof.op.COp.c_code_cache_version', '3272ae56d63cc420',
+    'replaced: a cache key without Python\'s randomised hash')
+SCAN_EXECUTE = SourceDigest(
+    'theano.scan_module.scan_op.Scan.execute', '9319690aa23416f2',
+    'its source is edited for OpenCL contexts and compiled again')
+ROUND_C_CODE = SourceDigest(
+    'theano.scalar.basic.RoundHalfToEven.c_code', 'ebc60583a06f7edc',
+    "wrapped: floorf, which OpenCL C lacks, becomes floor")
+REDUCTION_KERNEL = SourceDigest(
+    'theano.gpuarray.elemwise.GpuCAReduceCPY.generate_kernel', '0d6d7408c969505f',
+    'replaced: a smaller work-group on CPU OpenCL devices')
+REDUCTION_CACHE_VERSION = Parameters(
+    'theano.gpuarray.elemwise.GpuCAReduceCPY.c_code_cache_version_apply', ('self', 'node'),
+    'wrapped: the work-group size joins the cache key')
 
 
 def _linkable(library, cxx):
@@ -35,6 +53,7 @@ def _set_blas_ldflags(configparser):
     """numpy 1.23's distutils lost ``blas_opt_info``, which Theano reads to
     find BLAS when blas.ldflags is unset; give it the flag instead.  A
     blas.ldflags from THEANO_FLAGS or .theanorc, even an empty one, wins."""
+    CONFIGPARSER.check(configparser)
     try:
         configparser.fetch_val_for_key('blas.ldflags')
         return
@@ -86,7 +105,8 @@ def _rotate_left(buffer, shift, buffer_type):
     buffer[:] = rotated
 
 
-# Edits of Theano 1.0.5's Scan.execute: (pattern, replacement, matches).
+# Edits of Theano 1.0.5's Scan.execute (checked by SCAN_EXECUTE first):
+# (pattern, replacement, matches).
 _SCAN_EDITS = [
     # pygpu's gpudata raises "This is for CUDA arrays." on OpenCL.
     (r'\b(\w+)\.gpudata\b', r'_theano_multigpu_device_address(\1)', 5),
@@ -102,17 +122,12 @@ def _fix_scan_on_opencl(scan_op_module):
     """Scan's Python loop (the one Python 3.11 runs) fails on OpenCL
     contexts, so every recurrent layer did; recompile ``Scan.execute`` with
     the edits in _SCAN_EDITS.  CPU numbers are unchanged (copies only)."""
-    execute = scan_op_module.Scan.execute
+    execute = SCAN_EXECUTE.check(scan_op_module.Scan.execute)
     lines, first_line = inspect.getsourcelines(execute)
     source = textwrap.dedent(''.join(lines))
     for pattern, replacement, expected in _SCAN_EDITS:
         source, found = re.subn(pattern, replacement, source, flags=re.DOTALL)
-        if found != expected:
-            warnings.warn(
-                'theano_multigpu: Scan.execute is not the one of Theano 1.0.5 '
-                '(%r matched %d times, expected %d); recurrent layers on '
-                'OpenCL contexts may fail' % (pattern, found, expected))
-            return
+        assert found == expected, (pattern, found)   # the digest matched
     scan_op_module._theano_multigpu_device_address = _device_address
     scan_op_module._theano_multigpu_rotate_left = _rotate_left
     code = compile('\n' * (first_line - 1) + source,
@@ -128,7 +143,8 @@ def _fix_round_on_opencl(scalar_module):
     function with ``K.round`` (Keras's binary accuracy).  Call the overloaded
     ``floor`` (exact for float too, so the same numbers on the CPU)."""
     round_op = scalar_module.RoundHalfToEven
-    c_code, cache_version = round_op.c_code, round_op.c_code_cache_version
+    c_code = ROUND_C_CODE.check(round_op.c_code)
+    cache_version = round_op.c_code_cache_version
 
     def portable_c_code(self, node, name, inputs, outputs, sub):
         return c_code(self, node, name, inputs, outputs, sub).replace(
@@ -165,7 +181,8 @@ def _fix_reduction_on_cpu_opencl(gpuarray_elemwise):
     from pygpu.reduction import ReductionKernel
     from theano import scalar
     op = gpuarray_elemwise.GpuCAReduceCPY
-    cache_version = op.c_code_cache_version_apply
+    REDUCTION_KERNEL.check(op.generate_kernel)
+    cache_version = REDUCTION_CACHE_VERSION.check(op.c_code_cache_version_apply)
     reduce_exprs = ((scalar.basic.Add, 'a + b'), (scalar.basic.Mul, 'a * b'))
 
     def generate_sized_kernel(self, node, odtype, redux):
@@ -193,7 +210,6 @@ def _hide_mpi4py(io_module):
     """theano.tensor.io imports mpi4py, which starts MPI, whenever Theano
     is imported; outside mpirun nothing needs it, so Theano does not see it
     there (sys.modules' None makes that one import fail)."""
-    from ..launcher import launched_by_mpi
     if not launched_by_mpi() and 'mpi4py' not in sys.modules:
         sys.modules['mpi4py'] = None
         io_module.__dict__['_multigpu_hid_mpi4py'] = True

@@ -1,5 +1,5 @@
 """Turning the shim on: Keras 1.x sees its Theano backend, with the shim's
-entries in it.
+entries in it, and every layer is wired in through import hooks.
 
 Keras 1.x accepts only KERAS_BACKEND=theano or tensorflow.  While
 ``keras.backend`` executes, KERAS_BACKEND reads 'theano'; right after, it is
@@ -9,7 +9,9 @@ shim's entries replace Keras's (``keras_adapter.install``).
 import os
 import sys
 
-from . import importhook, launcher, settings
+from .. import importhook
+from ..config import settings
+from ..config.mpi_environment import launched_by_mpi
 
 __all__ = ['activate', 'compat_only_requested', 'BACKEND_NAME']
 
@@ -30,29 +32,30 @@ def _present_as_theano(module):
 
 def _install_adapter(keras_backend):
     os.environ['KERAS_BACKEND'] = BACKEND_NAME
-    from . import keras_adapter
+    from .. import keras_adapter
     keras_adapter.install(keras_backend)
-    if launcher.launched_by_mpi():
+    if launched_by_mpi():
         _join_ranks()
 
 
 def _join_ranks():
     """Under MPI: every rank shuffles as rank 0 does, and only rank 0
     prints progress and writes files."""
-    from . import mpi, rank_zero
-    mpi.share_random_state()
-    if mpi.world()[1] != 0:
+    from ..keras_adapter import rank_zero
+    from ..mpi import agreement, world
+    agreement.share_random_state()
+    if world.world()[1] != 0:
         rank_zero.install()
 
 
 def _register_contexts(gpuarray):
-    from . import devices, mesh
     import theano
-    devices.register_missing_names(gpuarray, settings.parse_contexts_flag(theano.config.contexts))
+    from ..config import devices, flags, mesh
+    devices.register_missing_names(gpuarray, flags.parse_contexts_flag(theano.config.contexts))
     current = mesh.current()
     if current.master is not None:
         current.default_is_master = devices.set_default_context(current.master)
-        from . import gpuarray_fixes
+        from ..compat import gpuarray_fixes
         gpuarray_fixes.install(several_contexts=len(current.names) > 1)
 
 
@@ -79,7 +82,7 @@ def activate():
         return
     _check_not_too_late()
     os.environ['KERAS_BACKEND'] = BACKEND_NAME
-    from . import compat  # installs the Python 3.11 fixes
+    from .. import compat   # importing it installs the Python 3.11 fixes
     compat.install()
     importhook.after_import('theano.configparser', settings.on_theano_configparser)
     importhook.after_import('theano.gpuarray', _register_contexts)

@@ -1,15 +1,16 @@
 """The layer-wise plan: which context holds each layer.
 
-Pure bookkeeping on numbers (no Theano): each layer's needs in bytes
-(weights, optimizer state, activations at the batch size), each context's
+Pure bookkeeping on numbers, without Theano (a contract in .importlinter):
+each layer's needs in bytes (weights, optimizer state, activations at the
+batch size), each context's
 budget, and either the balanced plan (contiguous groups along the layers'
 topological order, the largest share of a budget as small as it can be) or
 an explicit map by layer-name patterns.
 """
 import fnmatch
 
-from .errors import PlanError
-from .placement import format_bytes
+from ..config.flags import format_bytes
+from ..errors import PlanError
 
 __all__ = ['LayerNeeds', 'balanced', 'mapped', 'check_fits']
 

@@ -7,8 +7,9 @@ others a context each, so one GPU or one pocl device can host several.
 """
 import sys
 
-from .errors import ConfigurationError
-from .settings import format_contexts
+from ..errors import ConfigurationError
+from ..patch_targets import Attributes
+from .flags import format_contexts
 
 __all__ = ['have_pygpu', 'available_devices', 'check_before_theano',
            'register_missing_names', 'set_default_context', 'context_memory',
@@ -16,6 +17,10 @@ __all__ = ['have_pygpu', 'available_devices', 'check_before_theano',
 
 PYGPU_INSTALL = ('apt-get install python3-pygpu libgpuarray-dev '
                  '(and make the virtual environment with --system-site-packages)')
+
+INIT_DEV = Attributes('theano.gpuarray.init_dev', ('devmap',),
+                      'its registry of opened devices is read, to open one device '
+                      'under several names')
 
 _warned_no_pygpu = False
 
@@ -123,7 +128,7 @@ def register_missing_names(gpuarray, pairs):
     """Give every name of ``pairs`` a context, also names whose device
     another name already opened."""
     from theano.gpuarray.type import ContextNotDefined, get_context
-    devmap = gpuarray.init_dev.devmap
+    devmap = INIT_DEV.check(gpuarray.init_dev).devmap
     for name, device in pairs:
         try:
             get_context(name)

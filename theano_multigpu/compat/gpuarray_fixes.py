@@ -13,7 +13,6 @@ samples were typed for the default context whatever its state's context.
 """
 from collections import deque
 
-import theano
 from theano import gof, tensor
 from theano.gpuarray.rng_mrg import GPUA_mrg_uniform
 from theano.scan_module.scan_opt import ScanMerge
@@ -24,7 +23,20 @@ from theano.gpuarray.basic_ops import (GpuAlloc, GpuAllocEmpty, GpuContiguous, G
                                        host_from_gpu)
 from theano.gpuarray.type import ContextNotDefined, GpuArrayType, get_context
 
+from ..patch_targets import Parameters, SourceDigest
+from .optimizers import register_optimizer
+
 __all__ = ['install']
+
+INFER_CONTEXT_NAME = SourceDigest(
+    'theano.gpuarray.basic_ops.infer_context_name', '1de00c3a2b34cf05',
+    'its code is replaced by a search through ops of any arity')
+MRG_UNIFORM_NEW = SourceDigest(
+    'theano.gpuarray.rng_mrg.GPUA_mrg_uniform.new', '2381ac0315963a02',
+    "replaced: samples typed for the state's context")
+SCAN_MERGE_TEST = Parameters(
+    'theano.scan_module.scan_opt.ScanMerge.belongs_to_set', ('self', 'node', 'set_nodes'),
+    'wrapped: scans of different contexts are not merged')
 
 
 def _infer_context_name(*variables):
@@ -78,7 +90,7 @@ def local_softmax_grad_elementwise(node):
     """SoftmaxGrad(dy, sm) -> (dy - sum(dy * sm, axis=1)) * sm, in ops that
     Theano lifts onto the context of their inputs.  Without cuDNN Theano has
     no GPU SoftmaxGrad, so each replica's backward went to the host and
-    back (a HostFromGpu, which also waits for the device, DESIGN.md trap 6).
+    back (a HostFromGpu, which also waits for the device to finish).
     Runs just before the GPU lifting, once the stabilising rewrites that
     look for SoftmaxGrad have run."""
     if not isinstance(node.op, SoftmaxGrad):
@@ -155,7 +167,7 @@ def _context_of_host_node(node):
         return None
 
 
-_stock_belongs_to_set = ScanMerge.belongs_to_set
+_stock_belongs_to_set = None
 
 
 def _belongs_to_set(self, node, set_nodes):
@@ -182,24 +194,29 @@ def _mrg_uniform_new(cls, rstate, ndim, dtype, size):
 _installed = set()
 
 
-def _register(name, local_optimizer, position):
-    theano.compile.optdb.register(name, gof.TopoOptimizer(local_optimizer), position,
-                                  'fast_run', 'fast_compile', 'multigpu')
-
-
 def install(several_contexts=False):
     """Apply the fixes once: context inference, contiguous copies and the
     random generator's context always, the others only when several
     contexts take part (one context keeps stock's graph).  The new search
     replaces the code of Theano's function, so the modules that imported it
-    by name get it too."""
+    by name get it too.  Each target is checked first (PatchTargetError if
+    it is not Theano 1.0.5's)."""
+    global _stock_belongs_to_set
     if 'base' not in _installed:
-        basic_ops.infer_context_name.__code__ = _infer_context_name.__code__
-        _register('multigpu_gpu_to_gpu_contiguous', local_gpu_to_gpu_contiguous, 49.6)
+        INFER_CONTEXT_NAME.check(basic_ops.infer_context_name).__code__ = \
+            _infer_context_name.__code__
+        # After the destroy handler (49.5), before the in-place passes.
+        register_optimizer('gpu_to_gpu_contiguous', local_gpu_to_gpu_contiguous,
+                           'add_destroy_handler', 0.1)
+        MRG_UNIFORM_NEW.check(GPUA_mrg_uniform.new)
         GPUA_mrg_uniform.new = _mrg_uniform_new
         _installed.add('base')
     if several_contexts and 'several' not in _installed:
-        _register('multigpu_softmax_grad_elementwise', local_softmax_grad_elementwise, 48.4)
-        _register('multigpu_alloc_on_clients_context', local_alloc_on_clients_context, 48.45)
+        # Just before the GPU lifting (48.5), after the stabilising passes.
+        register_optimizer('softmax_grad_elementwise', local_softmax_grad_elementwise,
+                           'gpuarray_opt', -0.1)
+        register_optimizer('alloc_on_clients_context', local_alloc_on_clients_context,
+                           'gpuarray_opt', -0.05)
+        _stock_belongs_to_set = SCAN_MERGE_TEST.check(ScanMerge.belongs_to_set)
         ScanMerge.belongs_to_set = _belongs_to_set
         _installed.add('several')

@@ -1,16 +1,21 @@
-"""Batch-wise (data parallel) rewriting of one Keras function's graph.
+"""Batch-wise (data parallel) rewriting of one function's graph.
 
 Keras hands ``K.function`` the full-batch graph.  The rewrite finds the
-*frontier*: the Keras tensors (layer outputs, ``_keras_history``) nearest the
-function's outputs and updates, i.e. the model's outputs and whatever layer
-outputs the loss, metrics or state updates read.  Each context computes the
-frontier on a contiguous slice of the batch, from copies of the weights
-moved to it from the master; the slices are gathered on the master, where
-the loss, metrics and updates run on the whole batch as Keras defines them.
-Gradients (``K.gradients`` returns stand-ins in batch-wise mode) are taken
-of the rewritten loss, so each replica's backward runs on its context and
-the weight gradients are summed on the master (the mirror of the copies).
-The full-batch forward graph itself is never computed.
+*frontier*: the layer outputs nearest the function's outputs and updates,
+i.e. the model's outputs and whatever layer outputs the loss, metrics or
+state updates read (which tensors are layer outputs is the caller's
+knowledge: the Keras adapter passes ``is_layer_output``).  Each context
+computes the frontier on a contiguous slice of the batch, from copies of
+the weights moved to it from the master; the slices are joined on the
+master, where the loss, metrics and updates run on the whole batch as Keras
+defines them.  Gradients (``K.gradients`` returns stand-ins in batch-wise
+mode) are taken of the rewritten loss, so each replica's backward runs on
+its context and the weight gradients are summed on the master (the mirror
+of the copies).  The full-batch forward graph itself is never computed.
+
+How the batch is shared and joined is a *gather*: ``LocalGather`` for the
+contexts of one process; the MPI layer has one across ranks, which shares
+the batch among the ranks first.
 """
 import theano
 from theano import gof, tensor
@@ -20,27 +25,34 @@ from theano.gpuarray.type import GpuArrayType
 from theano.sandbox.rng_mrg import mrg_uniform
 
 from .gradients import real_gradients, stand_ins_in
-from .transfer import on_context
+from .rows import slice_bounds
+from .transfer import HOST, on_context
 
-__all__ = ['rewrite', 'slice_bounds', 'SplitFunction', 'HOST']
-
-# The replica of a mesh without contexts (under MPI on the CPU): no copies.
-HOST = '<host replica>'
+__all__ = ['LocalGather', 'find_frontier', 'rewrite', 'SplitFunction']
 
 
-def slice_bounds(batch_size, n_replicas):
-    """Symbolic (start, stop) of each replica's rows: contiguous, differing
-    by at most one row; empty when the batch has fewer rows than replicas."""
-    return [((i * batch_size) // n_replicas, ((i + 1) * batch_size) // n_replicas)
-            for i in range(n_replicas)]
+class LocalGather(object):
+    """The contexts of one process share the whole batch, and their rows
+    are joined on the master; gradients are those of the joined loss.
+
+    A gather has three parts, used in this order by ``rewrite``:
+    ``replica_bounds`` (each replica's rows), ``join`` (the replicas' rows
+    of each frontier tensor, joined on the master: the batch the loss
+    reads) and ``gradients`` (the stand-ins' gradients of that loss).
+    """
+
+    def replica_bounds(self, batch_size, replicas):
+        return slice_bounds(batch_size, replicas)
+
+    def join(self, joined_here, batch_size):
+        return joined_here
+
+    def gradients(self, stand_ins, replace):
+        return real_gradients(stand_ins, replace)
 
 
-def _is_keras_tensor(variable):
-    return hasattr(variable, '_keras_history') and variable.ndim >= 1
-
-
-def find_frontier(roots):
-    """Keras tensors nearest ``roots`` that depend on a shared variable."""
+def find_frontier(roots, is_layer_output):
+    """The layer outputs nearest ``roots`` that depend on a shared variable."""
     frontier, seen = [], set()
     todo = list(roots)
     while todo:
@@ -48,7 +60,7 @@ def find_frontier(roots):
         if id(variable) in seen:
             continue
         seen.add(id(variable))
-        if _is_keras_tensor(variable) and _depends_on_shared(variable):
+        if is_layer_output(variable) and variable.ndim >= 1 and _depends_on_shared(variable):
             frontier.append(variable)
             continue
         if variable.owner is not None:
@@ -67,14 +79,14 @@ def _replica_replacements(frontier, inputs, context, bounds):
     start, stop = bounds
 
     def place(x):
-        return x if context is HOST else on_context(x, context)
+        return x if context == HOST else on_context(x, context)
     inputs = set(id(v) for v in inputs)
     replace = {}
     for variable in gof.graph.inputs(frontier):
         if id(variable) in inputs and variable.ndim >= 1:
             replace[variable] = place(variable[start:stop])
     for node in gof.graph.io_toposort(gof.graph.inputs(frontier), frontier):
-        if isinstance(node.op, HostFromGpu) and context is not HOST:
+        if isinstance(node.op, HostFromGpu) and context != HOST:
             source = node.inputs[0]
             if isinstance(source, SharedVariable) and isinstance(source.type, GpuArrayType):
                 replace[node.outputs[0]] = on_context(source, context)
@@ -86,32 +98,18 @@ def _replica_replacements(frontier, inputs, context, bounds):
     return replace
 
 
-def _local_bounds(batch_size, n_replicas, ranks, idle):
-    """(start, stop) of each local replica's rows: of the whole batch, or,
-    with ``ranks`` = (rank, size), of this rank's share of it.  An ``idle``
-    rank (no rows) computes on the first row, and contributes none."""
-    if ranks is None:
-        return slice_bounds(batch_size, n_replicas)
-    if idle:
-        return [(0, 1)]
-    from .mpi import rank_bounds
-    start, stop = rank_bounds(batch_size, *ranks)
-    return [(start + a, start + b) for a, b in slice_bounds(stop - start, n_replicas)]
-
-
-def rewrite(inputs, outputs, updates, mesh, ranks=None, idle=False):
+def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None):
     """(outputs, updates) of the batch-wise function for ``mesh``.
 
-    ``inputs`` are the function's inputs; ``updates`` a list of pairs.
-    With ``ranks`` = (rank, size) the batch is first shared among MPI
-    ranks, and the mesh's contexts (or the host, if it has none) split
-    this rank's share; ``idle``: this rank's share is empty (a batch with
-    fewer rows than ranks).  Kernels refuse empty operands, so an idle rank
-    computes one row and sends none.
+    ``inputs`` are the function's inputs; ``updates`` a list of pairs;
+    ``is_layer_output(variable)`` tells the layer outputs; ``gather``
+    shares and joins the rows (a LocalGather by default).  The mesh's
+    contexts (or the host, if it has none) each compute their share.
     """
+    gather = gather or LocalGather()
     update_values = [new for _, new in updates]
     roots = list(outputs) + update_values
-    frontier = find_frontier(roots)
+    frontier = find_frontier(roots, is_layer_output)
     stand_ins = stand_ins_in(roots)
     if not frontier:
         if stand_ins:
@@ -126,23 +124,13 @@ def rewrite(inputs, outputs, updates, mesh, ranks=None, idle=False):
     batch_size = batch_inputs[0].shape[0]
     contexts = [mesh.graph_name(name) for name in mesh.names] or [HOST]
     per_replica = []
-    for context, bounds in zip(contexts, _local_bounds(batch_size, len(contexts), ranks, idle)):
+    for context, bounds in zip(contexts, gather.replica_bounds(batch_size, len(contexts))):
         replace = _replica_replacements(frontier, inputs, context, bounds)
         per_replica.append(theano.clone(frontier, replace=replace, strict=False))
-    local = [_gather_on_master(mesh, contexts, [replica[k] for replica in per_replica])
-             for k in range(len(frontier))]
-    if idle:
-        local = [rows[:0] for rows in local]
-    if ranks is None:
-        gathered = dict(zip(frontier, local))
-        gathered.update(real_gradients(stand_ins, gathered))
-    else:
-        from . import mpi
-        rows = [stop - start for start, stop in
-                (mpi.rank_bounds(batch_size, r, ranks[1]) for r in range(ranks[1]))]
-        whole = mpi.all_gather_rows(local, rows)
-        gathered = dict(zip(frontier, whole))
-        gathered.update(mpi.data_parallel_gradients(stand_ins, dict(gathered)))
+    joined_here = [_join_on_master(mesh, contexts, [replica[k] for replica in per_replica])
+                   for k in range(len(frontier))]
+    gathered = dict(zip(frontier, gather.join(joined_here, batch_size)))
+    gathered.update(gather.gradients(stand_ins, dict(gathered)))
 
     new_roots = theano.clone(roots, replace=gathered, strict=False)
     new_outputs = new_roots[:len(outputs)]
@@ -150,7 +138,7 @@ def rewrite(inputs, outputs, updates, mesh, ranks=None, idle=False):
     return new_outputs, new_updates
 
 
-def _gather_on_master(mesh, contexts, pieces):
+def _join_on_master(mesh, contexts, pieces):
     """The replicas' rows of one frontier tensor, joined on the master."""
     if contexts == [HOST]:
         return pieces[0]
@@ -179,12 +167,11 @@ class SplitFunction(object):
     def __call__(self, inputs):
         rows = next((len(x) for x in inputs if getattr(x, 'ndim', 0) >= 1), self._mesh.size)
         if self._ranks is not None:
-            from .mpi import rank_bounds
-            start, stop = rank_bounds(rows, *self._ranks)
+            start, stop = slice_bounds(rows, self._ranks[1])[self._ranks[0]]
             rows = stop - start
         count = min(rows, self._mesh.size) if self._ranks else max(1, min(rows, self._mesh.size))
         if count not in self._by_count:
-            # count 0: an idle MPI rank (see rewrite)
+            # count 0: an MPI rank without rows (idle, see the MPI gather)
             self._by_count[count] = self._compile_for(self._mesh.first(max(count, 1)),
                                                       idle=count == 0)
         return self._by_count[count](inputs)

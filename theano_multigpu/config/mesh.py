@@ -1,7 +1,7 @@
 """The mesh: which named contexts take part, which one is the master, and
 the mode, read from Theano's config once Theano is imported."""
-from .errors import ConfigurationError
-from .settings import parse_contexts_flag, parse_name_list
+from ..errors import ConfigurationError
+from .flags import parse_contexts_flag, parse_name_list
 
 __all__ = ['Mesh', 'current', 'from_flags']
 

@@ -13,7 +13,8 @@ from theano import gof, tensor
 from theano.gpuarray.basic_ops import host_from_gpu
 from theano.gpuarray.type import GpuArrayType
 
-__all__ = ['GradientStandIn', 'gradient_stand_ins', 'stand_ins_in', 'real_gradients']
+__all__ = ['GradientStandIn', 'gradient_stand_ins', 'stand_ins_in', 'by_loss',
+           'real_gradients', 'host_gradient']
 
 
 class GradientStandIn(object):
@@ -42,19 +43,30 @@ def stand_ins_in(roots):
             if getattr(v.tag, 'multigpu_gradient', None) is not None]
 
 
+def by_loss(stand_ins):
+    """{loss: [its stand-ins]}, in the order the losses first appear."""
+    groups = {}
+    for stand_in in stand_ins:
+        groups.setdefault(stand_in.tag.multigpu_gradient.loss, []).append(stand_in)
+    return groups
+
+
 def real_gradients(stand_ins, replace, wrt=None):
     """{stand-in: host-typed gradient of its loss, rewritten by ``replace``
     (a theano.clone replacement dict)}, taken with respect to each param
     (or to ``wrt(param)``, e.g. the param's copy on its context)."""
-    by_loss, real = {}, {}
-    for stand_in in stand_ins:
-        by_loss.setdefault(stand_in.tag.multigpu_gradient.loss, []).append(stand_in)
-    for loss, group in by_loss.items():
+    real = {}
+    for loss, group in by_loss(stand_ins).items():
         rewritten_loss = theano.clone(loss, replace=replace, strict=False)
         params = [s.tag.multigpu_gradient.param for s in group]
         grads = theano.grad(rewritten_loss, [wrt(p) for p in params] if wrt else params)
         for stand_in, grad in zip(group, grads):
-            if isinstance(grad.type, GpuArrayType):
-                grad = host_from_gpu(grad)
-            real[stand_in] = tensor.as_tensor_variable(grad)
+            real[stand_in] = host_gradient(grad)
     return real
+
+
+def host_gradient(gradient):
+    """``gradient`` as a host-typed tensor (the type of its stand-in)."""
+    if isinstance(gradient.type, GpuArrayType):
+        gradient = host_from_gpu(gradient)
+    return tensor.as_tensor_variable(gradient)

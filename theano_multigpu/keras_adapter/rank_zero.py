@@ -5,13 +5,19 @@ each would print the same progress bar and write the same files at the same
 paths.  On every other rank, Keras's progress bar, ``save_weights``,
 ``model.save`` (and so ModelCheckpoint) and CSVLogger do nothing.
 """
-from . import importhook
+from .. import importhook
+from ..patch_targets import Attributes
 
 __all__ = ['install']
 
+PROGRESS_BAR = Attributes('keras.callbacks.ProgbarLogger', ('on_train_begin',),
+                          'wrapped: quiet on ranks other than 0')
+WEIGHT_FILES = Attributes('keras.engine.topology.Container', ('save_weights',),
+                          'replaced: writes nothing on ranks other than 0')
+
 
 def _quiet_progbar_logger(callbacks):
-    logger = callbacks.ProgbarLogger
+    logger = PROGRESS_BAR.check(callbacks.ProgbarLogger)
     train_begin = logger.on_train_begin
 
     def on_train_begin(self, logs={}):
@@ -25,7 +31,7 @@ def _quiet_progbar_logger(callbacks):
 
 
 def _no_weight_files(topology):
-    topology.Container.save_weights = _nothing
+    WEIGHT_FILES.check(topology.Container).save_weights = _nothing
 
 
 def _no_model_files(models):

@@ -1,5 +1,8 @@
-"""Whether this process is one of several MPI ranks, from the environment
-alone: nothing is imported (mpi4py starts MPI when imported)."""
+"""Whether MPI started this process, and how many ranks: read from the
+variables that MPI launchers (mpirun, srun) set in every rank.
+
+Nothing is imported: importing mpi4py would start MPI.
+"""
 import os
 
 __all__ = ['world_size', 'launched_by_mpi']

@@ -1,136 +1,30 @@
-"""theano_multigpu's settings, the ``contexts`` flag and old CUDA flags.
+"""theano_multigpu's settings as Theano config variables, and the old CUDA
+backend's flags.
 
 Everything here runs inside ``import theano``, right after
 ``theano.configparser`` has executed and before Theano reads its own flags
 (see ``on_theano_configparser``): settings become Theano config variables
 (``multigpu.*`` in THEANO_FLAGS or a ``[multigpu]`` section of .theanorc),
-the old CUDA backend's flags are translated, and the ``contexts`` flag is
-checked so that a bad one stops with a clear error.
+the old CUDA backend's flags are translated, and the ``contexts`` flag and
+the devices are checked so that a bad one stops with a clear error.
 """
 import re
 import sys
 
-from .errors import ConfigurationError
+from ..errors import ConfigurationError
+from ..patch_targets import Attributes
+from . import devices, mesh
+from .flags import (CHECK_ACTIONS, MODES, NAME_RE, format_contexts, parse_contexts_flag,
+                    parse_device_memory, parse_layer_map, parse_name_list)
 
-__all__ = ['MODES', 'parse_contexts_flag', 'format_contexts', 'parse_name_list',
-           'parse_size', 'parse_device_memory', 'parse_layer_map',
-           'translate_legacy_value', 'on_theano_configparser']
+__all__ = ['LEGACY_FLAGS', 'translate_legacy_value', 'contexts_flag_value',
+           'on_theano_configparser']
 
-MODES = ('auto', 'batch', 'layer')
-CHECK_ACTIONS = ('warn', 'error', 'off')
-
-_DEVICE_RE = re.compile(r'^(cuda\d*|opencl\d+:\d+)$')
-_NAME_RE = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*$')
-
-
-def _reserved_name(name):
-    """Names Theano refuses as context names (they read as devices)."""
-    return name == 'cpu' or name.startswith(('cuda', 'opencl'))
-
-
-def parse_contexts_flag(value):
-    """``'dev0->cuda0;dev1->cuda1'`` -> ``[('dev0', 'cuda0'), ('dev1', 'cuda1')]``.
-
-    Spaces around names and devices and empty entries are allowed.  Raises
-    ConfigurationError for a malformed entry, a bad name or device, or a
-    name used twice.
-    """
-    pairs = []
-    for entry in value.split(';'):
-        entry = entry.strip()
-        if not entry:
-            continue
-        parts = entry.split('->')
-        if len(parts) != 2 or not parts[0].strip() or not parts[1].strip():
-            raise ConfigurationError(
-                "THEANO_FLAGS contexts expects 'name->device' entries separated "
-                "by ';', e.g. 'dev0->cuda0;dev1->cuda1', but received "
-                "contexts=%r (entry %r); fix the entry" % (value, entry))
-        name, device = parts[0].strip(), parts[1].strip()
-        if not _NAME_RE.match(name):
-            raise ConfigurationError(
-                "THEANO_FLAGS contexts expects a context name made of letters, "
-                "digits and '_' (e.g. 'dev0'), but received %r in contexts=%r"
-                % (name, value))
-        if _reserved_name(name):
-            raise ConfigurationError(
-                "THEANO_FLAGS contexts expects context names that do not read "
-                "as devices (not 'cpu', 'cuda*' or 'opencl*'), but received %r "
-                "in contexts=%r; use e.g. 'dev0->%s'" % (name, value, device))
-        if not _DEVICE_RE.match(device):
-            raise ConfigurationError(
-                "THEANO_FLAGS contexts expects a device 'cudaN' or 'openclP:D', "
-                "but received %r for %r in contexts=%r; use e.g. '%s->cuda0'"
-                % (device, name, value, name))
-        if name in [n for n, _ in pairs]:
-            raise ConfigurationError(
-                "THEANO_FLAGS contexts names each context once, but received "
-                "%r twice in contexts=%r; rename one, e.g. '%s_b->%s'"
-                % (name, value, name, device))
-        pairs.append((name, device))
-    return pairs
-
-
-def format_contexts(pairs):
-    """The inverse of parse_contexts_flag: ``'dev0->cuda0;dev1->cuda1'``."""
-    return ';'.join('%s->%s' % pair for pair in pairs)
-
-
-def parse_name_list(value):
-    """``'dev0;dev1'`` (or spaces, or '+') -> ``['dev0', 'dev1']``."""
-    return [n for n in re.split(r'[;+\s]+', value.strip()) if n]
-
-
-_SIZE_RE = re.compile(r'^(\d+(?:\.\d*)?)\s*([KMGT]i?B|B)?$', re.IGNORECASE)
-_UNITS = {'b': 1, 'kb': 10 ** 3, 'mb': 10 ** 6, 'gb': 10 ** 9, 'tb': 10 ** 12,
-          'kib': 1 << 10, 'mib': 1 << 20, 'gib': 1 << 30, 'tib': 1 << 40}
-
-
-def parse_size(value, flag='multigpu.device_memory'):
-    """``'64MiB'`` -> 67108864; a plain number is bytes."""
-    match = _SIZE_RE.match(value.strip())
-    if not match:
-        raise ConfigurationError(
-            "%s expects a size such as 64MiB, 1.5GiB or 1000000 (bytes), but "
-            "received %r" % (flag, value))
-    number, unit = match.groups()
-    return int(float(number) * _UNITS[(unit or 'b').lower()])
-
-
-def parse_device_memory(value):
-    """``'64MiB'`` -> ``{None: bytes}`` (every context);
-    ``'dev0->64MiB;dev1->1GiB'`` -> ``{'dev0': ..., 'dev1': ...}``; '' -> {}."""
-    budgets = {}
-    for entry in value.split(';'):
-        entry = entry.strip()
-        if not entry:
-            continue
-        name, arrow, size = entry.rpartition('->')
-        if arrow and not _NAME_RE.match(name.strip()):
-            raise ConfigurationError(
-                "multigpu.device_memory expects a size for every context (64MiB) "
-                "or 'name->size' entries separated by ';', but received %r" % value)
-        budgets[name.strip() or None] = parse_size(size)
-    return budgets
-
-
-def parse_layer_map(value):
-    """``'dense_[12]->dev0;dense_3->dev1'`` -> ``[('dense_[12]', 'dev0'), ...]``:
-    layer-name patterns (shell style) and the context each goes to."""
-    pairs = []
-    for entry in value.split(';'):
-        entry = entry.strip()
-        if not entry:
-            continue
-        pattern, arrow, name = entry.rpartition('->')
-        if not arrow or not pattern.strip() or not _NAME_RE.match(name.strip()):
-            raise ConfigurationError(
-                "multigpu.layer_map expects 'pattern->context' entries separated by "
-                "';', e.g. 'dense_[12]->dev0;dense_3->dev1', but received %r "
-                "(entry %r)" % (value, entry))
-        pairs.append((pattern.strip(), name.strip()))
-    return pairs
-
+CONFIGPARSER = Attributes(
+    'theano.configparser',
+    ('THEANO_FLAGS_DICT', 'theano_cfg', 'theano_raw_cfg', 'fetch_val_for_key',
+     'AddConfigVar', 'ConfigParam', 'BoolParam', 'config'),
+    'settings are added to it and old flags rewritten in it before Theano reads them')
 
 def _filter_with(parse):
     def check(value):
@@ -158,7 +52,7 @@ def _filter_check(value):
 def _filter_names(flag):
     def check(value):
         for name in parse_name_list(value):
-            if not _NAME_RE.match(name):
+            if not NAME_RE.match(name):
                 raise ConfigurationError(
                     "%s expects context names from the contexts flag, "
                     "separated by ';' or '+', but received %r" % (flag, value))
@@ -311,7 +205,7 @@ def on_theano_configparser(configparser):
     before Theano tries them), and writes the contexts flag back in the form
     Theano parses (no spaces, no empty entries).
     """
-    from . import devices, mesh
+    CONFIGPARSER.check(configparser)
     _translate_legacy_flags(configparser)
     _register_settings(configparser)
     raw = contexts_flag_value(configparser)

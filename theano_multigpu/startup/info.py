@@ -21,7 +21,8 @@ def collect():
     """Everything ``info`` prints, as a dict (imports Theano, not Keras)."""
     import numpy
     import theano
-    from . import devices, launcher, mesh as mesh_module
+    from ..config import devices, mesh as mesh_module
+    from ..config.mpi_environment import world_size
     facts = {
         'python': platform.python_version(),
         'numpy': numpy.__version__,
@@ -55,14 +56,14 @@ def collect():
         'multigpu.device_memory': theano.config.multigpu.device_memory or '(free memory)',
         'multigpu.mpi_shared_memory': theano.config.multigpu.mpi_shared_memory,
         'effective mode': mesh.mode,
-        'MPI ranks': launcher.world_size(),
+        'MPI ranks': world_size(),
         'blas.ldflags': theano.config.blas.ldflags,
     }
     return {'versions': facts, 'contexts': contexts, 'settings': settings}
 
 
 def _devices_found():
-    from . import devices
+    from ..config import devices
     return devices.available_devices() if devices.have_pygpu() else []
 
 
@@ -87,7 +88,7 @@ def _mib(n):
 
 
 def _no_contexts_line(device):
-    from . import devices
+    from ..config import devices
     if not devices.have_pygpu():
         return ('(none: pygpu is not installed, so this is plain Theano on '
                 'device=%s; for contexts: %s)' % (device, devices.PYGPU_INSTALL))

@@ -3,24 +3,29 @@
 Theano's own transfers do not keep placement: canonicalisation rewrites
 ``HostFromGpu(GpuToGpu(x))`` into ``x.transfer('cpu')`` and
 ``HostFromGpu(GpuFromHost(x))`` into ``x``, after which every op runs on the
-context of its first GPU input (DESIGN.md, trap 5).  ``ToContext`` is an op
-of its own class, so no rule removes it, and the ops that read its output are
-lifted onto its context.  Its gradient is its mirror: a ``ToContext`` back to
-where the input lived (the host, or another context).
+context of its first GPU input ("first found wins"): measured, a graph
+written for dev0 and dev1 with ``.transfer()`` ran entirely on dev0.
+``ToContext`` is an op of its own class, so no rule removes it, and the ops
+that read its output are lifted onto its context.  Its gradient is its
+mirror: a ``ToContext`` back to where the input lived (the host, or another
+context).
 """
-import theano
 from theano import gof, tensor
 from theano.gpuarray.basic_ops import HostFromGpu, as_gpuarray_variable, host_from_gpu
 from theano.gpuarray.type import GpuArrayType, get_context
 
-__all__ = ['ToContext', 'to_context', 'on_context', 'bytes_moved', 'FROM_HOST']
+from ..compat.optimizers import register_optimizer
 
-# ``came_from`` of a value computed on the host (no context name, not even
-# Theano's default context None, can be spelt like this).
-FROM_HOST = '<host>'
+__all__ = ['HOST', 'ToContext', 'to_context', 'on_context', 'bytes_moved']
+
+# The host, wherever a place is named: a replica without a context, a
+# value computed on the host, a report's row.  Theano's own name for it
+# (``x.transfer('cpu')``), which no context can take (the contexts flag
+# refuses it), unlike None, Theano's default context.
+HOST = 'cpu'
 
 # {(source, destination): bytes} copied by ToContext since the process
-# started; source is a context name or 'host'.  The placement report reads
+# started; source is a context name or HOST.  The placement report reads
 # it around a call: what moved, measured, not estimated.
 bytes_moved = {}
 
@@ -36,13 +41,13 @@ class ToContext(gof.Op):
     ``came_from`` names the context a host-typed input is computed on
     (Keras's graphs are host graphs until the optimizer lifts them; None is
     Theano's default context): the gradient is sent back there, so a
-    replica's backward stays on its context.  Without it (FROM_HOST) the
+    replica's backward stays on its context.  Without it (HOST) the
     gradient of a host input stays on the host.
     """
     __props__ = ('context_name', 'came_from')
     _f16_ok = True
 
-    def __init__(self, context_name, came_from=FROM_HOST):
+    def __init__(self, context_name, came_from=HOST):
         self.context_name = context_name
         self.came_from = came_from
 
@@ -67,7 +72,7 @@ class ToContext(gof.Op):
             source = source_type.context_name
         else:
             outputs[0][0] = pygpu.gpuarray.array(x, context=context)
-            source = 'host'
+            source = HOST
         _count(source, self.context_name, x)
 
     def grad(self, inputs, output_grads):
@@ -76,7 +81,7 @@ class ToContext(gof.Op):
         gz = as_gpuarray_variable(gz, self.context_name)
         if isinstance(x.type, GpuArrayType):
             return [ToContext(x.type.context_name)(gz)]
-        if self.came_from != FROM_HOST:
+        if self.came_from != HOST:
             return [host_from_gpu(ToContext(self.came_from)(gz))]
         return [host_from_gpu(gz)]
 
@@ -87,7 +92,7 @@ class ToContext(gof.Op):
         return shapes
 
 
-def to_context(x, name, came_from=FROM_HOST):
+def to_context(x, name, came_from=HOST):
     """``x`` (host or GPU) as a GPU array on context ``name``; ``came_from``
     is the context a host-typed ``x`` is computed on, if any."""
     if isinstance(x.type, GpuArrayType) and x.type.context_name == name:
@@ -101,7 +106,7 @@ def to_context(x, name, came_from=FROM_HOST):
     return ToContext(name, came_from)(x)
 
 
-def on_context(x, name, came_from=FROM_HOST):
+def on_context(x, name, came_from=HOST):
     """``x`` moved to context ``name``, as a host-typed tensor that the
     optimizer computes with on that context."""
     return host_from_gpu(to_context(x, name, came_from))
@@ -121,8 +126,8 @@ def local_to_context_from_host_view(node):
     return False
 
 
-theano.compile.optdb.register(
-    'multigpu_to_context_from_host_view',
-    gof.TopoOptimizer(local_to_context_from_host_view),
-    48.8, 'fast_run', 'fast_compile', 'multigpu')
+# After the GPU lifting (which makes the HostFromGpu), just before Theano's
+# second merge and the elementwise fusion (49).
+register_optimizer('to_context_from_host_view', local_to_context_from_host_view,
+                   'merge2', -0.2)
 

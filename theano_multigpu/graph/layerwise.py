@@ -1,0 +1,197 @@
+"""Layer-wise (model parallel) rewriting of one function's graph: each
+layer, its weights and its optimizer state live on one context.
+
+Weights are PlacedVariables (``placed``).  Each function, at its first
+call, plans the layers it computes that no earlier plan placed, from the
+whole graph and the batch size of that call (``plan``).  The rewrite then
+computes each layer call from its inputs moved to its context (only where
+the previous layer sits elsewhere) and from its weights' copies there;
+loss, metrics and updates read the rewritten outputs, and the gradients
+(stand-ins, ``gradients``) are taken of the rewritten loss, so the backward
+pass crosses contexts where the forward did.
+
+Which tensors are layer calls is the caller's knowledge (the Keras
+adapter's): it passes ``layer_calls(roots)``, returning LayerCalls.
+"""
+import theano
+from theano import gof
+
+from .gradients import real_gradients, stand_ins_in
+from .placed import PlacedVariable, placed_replacements
+from .plan import current_plan, plan_layers
+from .transfer import on_context
+
+__all__ = ['LayerCall', 'rewrite', 'LayerwiseFunction']
+
+
+class LayerCall(object):
+    """One call of a layer: its name (the plan's unit), its input and
+    output tensors, and the shapes of its outputs (None for any size).
+    The rewrite adds ``reads``, what the call's own ops read, and
+    ``variables``, the PlacedVariables among them."""
+
+    def __init__(self, name, inputs, outputs, output_shapes):
+        self.name = name
+        self.inputs = list(inputs)
+        self.outputs = list(outputs)
+        self.output_shapes = list(output_shapes)
+        self.reads = []
+        self.variables = []
+
+
+def _in_order(calls):
+    """``calls`` in topological order (inputs first), each with ``reads``
+    and ``variables`` set.  The order follows the graph, not the model's
+    nodes: a layer that returns its input (Dropout(0)) takes over that
+    tensor's call."""
+    producer = dict((id(t), c) for c in calls for t in c.outputs)
+    for call in calls:
+        call.reads = _region_inputs(call.outputs, producer)
+        call.variables = [v for v in call.reads if isinstance(v, PlacedVariable)]
+    order, done = [], set()
+
+    def visit(call):
+        if id(call) in done:
+            return
+        done.add(id(call))
+        for read in call.reads:
+            if id(read) in producer and producer[id(read)] is not call:
+                visit(producer[id(read)])
+        order.append(call)
+
+    for call in calls:
+        visit(call)
+    return order
+
+
+def _region_inputs(outputs, stop):
+    """The variables ``outputs`` are computed from, stopping at layer
+    outputs (ids in ``stop``) other than ``outputs`` themselves."""
+    own = set(id(v) for v in outputs)
+    seen, found, todo = set(), [], list(outputs)
+    while todo:
+        variable = todo.pop()
+        if id(variable) in seen:
+            continue
+        seen.add(id(variable))
+        if variable.owner is None or (id(variable) in stop and id(variable) not in own):
+            found.append(variable)
+        else:
+            todo.extend(variable.owner.inputs)
+    return found
+
+
+def _state_owners(updates, weights):
+    """{id(state): (state, weight)}: the optimizer state each weight's
+    update reads (an accumulator read by one weight's update alone belongs
+    to it)."""
+    weight_ids = set(id(w) for w in weights)
+    readers = {}
+    for variable, new_value in updates:
+        if id(variable) not in weight_ids:
+            continue
+        for read in _region_inputs([new_value], set()):
+            if isinstance(read, PlacedVariable) and read is not variable:
+                readers.setdefault(id(read), (read, []))[1].append(variable)
+    return dict((key, (state, ws[0])) for key, (state, ws) in readers.items()
+                if len(ws) == 1)
+
+
+def _place(calls, owners, roots, mesh):
+    """Place every PlacedVariable the function reads: a layer's on its
+    layer's context, optimizer state with its weight (``owners``), the rest
+    on the master."""
+    contexts = current_plan().contexts
+    where = {}
+    for call in calls:
+        for variable in call.variables:
+            where.setdefault(id(variable), contexts[call.name])
+    for variable in gof.graph.inputs(roots):
+        if isinstance(variable, PlacedVariable) and variable.placed is None:
+            _, owner = owners.get(id(variable), (None, None))
+            name = where.get(id(variable)) or where.get(id(owner)) or mesh.master
+            variable.place(mesh.graph_name(name))
+
+
+def rewrite(inputs, outputs, updates, mesh, batch_rows, layer_calls):
+    """(outputs, updates) of the layer-wise function; plans its layers
+    first if they are not planned yet.  ``updates`` is a list of pairs;
+    ``layer_calls(roots)`` lists the LayerCalls whose outputs ``roots``
+    read, in any order."""
+    roots = list(outputs) + [new for _, new in updates]
+    stand_ins = stand_ins_in(roots)
+    losses = [s.tag.multigpu_gradient.loss for s in stand_ins]
+    calls = _in_order(layer_calls(roots + losses))
+    owners = _state_owners(updates, [v for c in calls for v in c.variables])
+    plan_layers(calls, owners, mesh, batch_rows)
+    _place(calls, owners, roots + losses, mesh)
+
+    input_ids = set(id(v) for v in inputs)
+    contexts = current_plan().contexts
+    rewritten, located = {}, {}
+    for call in calls:
+        context = mesh.graph_name(contexts[call.name])
+        replace = placed_replacements(call.reads)
+        for read in call.reads:
+            if id(read) in located:
+                source = located[id(read)]
+                replace[read] = (rewritten[id(read)] if source == context else
+                                 on_context(rewritten[id(read)], context, came_from=source))
+            elif id(read) in input_ids and read.ndim >= 1:
+                replace[read] = on_context(read, context)
+        for tensor, new in zip(call.outputs,
+                               theano.clone(call.outputs, replace=replace, strict=False)):
+            rewritten[id(tensor)], located[id(tensor)] = new, context
+
+    replace = placed_replacements(gof.graph.inputs(roots + losses))
+    for call in calls:
+        for tensor in call.outputs:
+            replace[tensor] = rewritten[id(tensor)]
+    # Targets and sample weights go where the model's output is computed:
+    # left on the host, Theano may lift the loss onto another context.
+    if calls:
+        output_context = located[id(calls[-1].outputs[0])]
+        read_by_layers = set(id(v) for c in calls for v in c.reads)
+        for variable in gof.graph.inputs(roots + losses):
+            if (id(variable) in input_ids and id(variable) not in read_by_layers
+                    and variable.ndim >= 1):
+                replace[variable] = on_context(variable, output_context)
+    replace.update(real_gradients(stand_ins, replace, wrt=lambda p: p.placed))
+    new_roots = theano.clone(roots, replace=replace, strict=False)
+    left = [v for v in gof.graph.inputs(new_roots) if isinstance(v, PlacedVariable)]
+    if left:
+        raise RuntimeError(
+            'layer-wise rewrite left the host copies of %s in the graph, where they '
+            'hold no values; please report this with the model'
+            % ', '.join(str(v) for v in left[:5]))
+    new_updates = [(variable.placed if isinstance(variable, PlacedVariable) else variable, new)
+                   for (variable, _), new in zip(updates, new_roots[len(outputs):])]
+    return new_roots[:len(outputs)], new_updates
+
+
+class LayerwiseFunction(object):
+    """A Keras backend Function compiled at its first call, when the batch
+    size the plan counts activations with is known.
+
+    ``compile_for(batch_rows)`` returns the Keras Function.
+    """
+
+    def __init__(self, compile_for):
+        self._compile_for = compile_for
+        self._compiled = None
+
+    def __call__(self, inputs):
+        if self._compiled is None:
+            rows = next((len(x) for x in inputs if getattr(x, 'ndim', 0) >= 1), 1)
+            self._compiled = self._compile_for(rows)
+        return self._compiled(inputs)
+
+    def __getattr__(self, name):
+        """``function`` and the rest: the compiled Function's (compiling it,
+        with the plan's batch size, if it was never called)."""
+        if name.startswith('_'):
+            raise AttributeError(name)
+        if self._compiled is None:
+            plan = current_plan()
+            self._compiled = self._compile_for(plan.batch_rows if plan else 1)
+        return getattr(self._compiled, name)

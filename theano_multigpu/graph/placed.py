@@ -1,0 +1,77 @@
+"""Weights in layer-wise mode: a ``PlacedVariable`` is a host variable until
+the plan places it, then a handle on its copy on the planned context.
+
+``get_value``/``set_value`` read and write that copy; the host variable
+keeps only a zero-strided placeholder of its shape (no memory).  Graphs
+read the copy through ``host_view``; ``host_graph`` rewrites a graph so.
+"""
+import numpy as np
+import theano
+from theano import gof
+from theano.gpuarray.basic_ops import host_from_gpu
+from theano.gpuarray.type import gpuarray_shared_constructor
+from theano.tensor.sharedvar import TensorSharedVariable
+
+__all__ = ['PlacedVariable', 'new_variable', 'host_view', 'placed_replacements', 'host_graph']
+
+
+class PlacedVariable(TensorSharedVariable):
+    """A weight in layer-wise mode (see the module docstring)."""
+
+    placed = None        # the GPU shared variable holding the value, once placed
+
+    def get_value(self, borrow=False, return_internal_type=False):
+        if self.placed is None:
+            return super(PlacedVariable, self).get_value(borrow, return_internal_type)
+        return np.asarray(self.placed.get_value(borrow=borrow))
+
+    def set_value(self, value, borrow=False):
+        if self.placed is None:
+            return super(PlacedVariable, self).set_value(value, borrow)
+        self.placed.set_value(np.asarray(value, dtype=self.dtype), borrow=borrow)
+
+    def place(self, context_name):
+        """Move the value to ``context_name`` (a graph name); the host
+        variable keeps a zero-strided placeholder of the same shape."""
+        value = self.get_value()
+        self.placed = gpuarray_shared_constructor(value, name=self.name, target=context_name)
+        self.container.storage[0] = np.broadcast_to(np.zeros((), value.dtype), value.shape)
+
+    @property
+    def nbytes(self):
+        value = self.get_value(borrow=True)
+        return int(value.size) * value.dtype.itemsize
+
+
+def new_variable(value, dtype, name):
+    """A PlacedVariable for arrays; scalars (learning rates, counters) stay
+    plain host variables, which every context reads at no cost."""
+    value = np.asarray(value, dtype=dtype)
+    variable = theano.shared(value=value, name=name, strict=False, target='cpu')
+    if value.ndim >= 1:
+        variable.__class__ = PlacedVariable
+    return variable
+
+
+_views = {}
+
+
+def host_view(variable):
+    """The host-typed view of a placed variable's copy, one per variable."""
+    if id(variable) not in _views:
+        _views[id(variable)] = (variable, host_from_gpu(variable.placed))
+    return _views[id(variable)][1]
+
+
+def placed_replacements(variables):
+    """{placed variable: its host view} for those of ``variables`` placed."""
+    return dict((v, host_view(v)) for v in variables
+                if isinstance(v, PlacedVariable) and v.placed is not None)
+
+
+def host_graph(x):
+    """``x`` with placed variables read from their copies (for K.eval)."""
+    if isinstance(x, PlacedVariable) and x.placed is not None:
+        return host_view(x)
+    replace = placed_replacements(gof.graph.inputs([x]))
+    return theano.clone(x, replace=replace, strict=False) if replace else x

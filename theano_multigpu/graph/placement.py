@@ -1,0 +1,108 @@
+"""Where a compiled function runs, and the placement check.
+
+It reads the compiled graph (``fn.maker.fgraph``), since Theano's optimizer
+moves ops between contexts: it cuts its own transfers and puts each op on
+the context of its first GPU input.  Each variable gets the
+set of *owners* whose data it carries: the plan's own transfer into
+context ``c`` (ToContext) starts owner ``c`` afresh, every other op
+(Theano's own transfers included) unions its inputs' owners, except that
+shapes are metadata, owned by no one (and a fill, such as ones_like, reads
+only its first input's shape).  So a replica's forward and backward ops are
+owned by that replica alone, and whatever mixes several replicas (the
+gather, the loss, the gradient sum, the updates) by several.  The check:
+a heavy op owned by one replica runs on that replica's context; one owned
+by several runs on the master; none runs on the host (ops owned by no one
+compute from constants and shapes alone, and may run anywhere).
+"""
+import sys
+
+from theano.compile.ops import Shape, Shape_i
+from theano.scalar import Second
+from theano.gpuarray.type import GpuArrayType
+
+from ..errors import PlacementError
+from .transfer import HOST, ToContext
+
+__all__ = ['HEAVY_OPS', 'context_of', 'heavy_nodes', 'heavy_op_counts', 'misplaced', 'check']
+
+# Class-name fragments of the ops that carry a model's work.
+HEAVY_OPS = ('Dot22', 'Gemm', 'Gemv', 'Corr', 'DnnConv', 'Pool', 'Softmax', 'Scan')
+
+
+def context_of(variable, mesh):
+    """The context name ``variable`` lives on (the master for Theano's
+    default context), or HOST."""
+    if not isinstance(variable.type, GpuArrayType):
+        return HOST
+    name = variable.type.context_name
+    return mesh.master if name is None else name
+
+
+def heavy_nodes(fgraph):
+    """The nodes of ``fgraph`` whose op is one of HEAVY_OPS, in order."""
+    return [node for node in fgraph.toposort()
+            if any(h in type(node.op).__name__ for h in HEAVY_OPS)]
+
+
+def heavy_op_counts(fgraph, mesh):
+    """{context name or HOST: {op class name: count}}."""
+    counts = {}
+    for node in heavy_nodes(fgraph):
+        per_op = counts.setdefault(context_of(node.outputs[0], mesh), {})
+        name = type(node.op).__name__
+        per_op[name] = per_op.get(name, 0) + 1
+    return counts
+
+
+def _owners(fgraph, mesh):
+    """{variable: frozenset of context names whose data it carries}."""
+    owners = {}
+    for node in fgraph.toposort():
+        if isinstance(node.op, ToContext):
+            mine = frozenset([context_of(node.outputs[0], mesh)])
+        elif isinstance(node.op, (Shape, Shape_i)):
+            mine = frozenset()
+        elif isinstance(getattr(node.op, 'scalar_op', None), Second):
+            # fill(x, v) (ones_like, zeros_like) reads x's shape only
+            mine = frozenset().union(*[owners.get(v, frozenset()) for v in node.inputs[1:]])
+        else:
+            mine = frozenset().union(*[owners.get(v, frozenset()) for v in node.inputs])
+        for output in node.outputs:
+            owners[output] = mine
+    return owners
+
+
+def misplaced(fgraph, mesh):
+    """[(op name, context it runs on, context it should run on)]."""
+    owners = _owners(fgraph, mesh)
+    wrong = []
+    for node in heavy_nodes(fgraph):
+        runs_on = context_of(node.outputs[0], mesh)
+        owned_by = owners[node.outputs[0]]
+        if not owned_by:
+            continue   # computes from constants and shapes alone
+        should = next(iter(owned_by)) if len(owned_by) == 1 else mesh.master
+        if runs_on != should:
+            wrong.append((str(node.op), runs_on, should))
+    return wrong
+
+
+def check(theano_function, mesh, action, what='a function'):
+    """Apply the placement check to a compiled function: 'error' raises
+    PlacementError, 'warn' writes to stderr, 'off' does nothing."""
+    if action == 'off':
+        return
+    wrong = misplaced(theano_function.maker.fgraph, mesh)
+    if not wrong:
+        return
+    lines = ['%s runs on %s, expected on %s' % item for item in wrong[:10]]
+    if len(wrong) > 10:
+        lines.append('... and %d more' % (len(wrong) - 10))
+    message = ('theano_multigpu: placement check of %s: %d heavy op(s) do not run on '
+               'the context that holds their data, so that data is copied for them '
+               'on every call:\n  %s\nPlease report this with the model; '
+               'multigpu.check=warn (or off) lets it run as it is.'
+               % (what, len(wrong), '\n  '.join(lines)))
+    if action == 'error':
+        raise PlacementError(message)
+    sys.stderr.write(message + '\n')

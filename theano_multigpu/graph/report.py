@@ -1,0 +1,146 @@
+"""The placement report: per context, its rows of the batch (batch-wise)
+or its layers (layer-wise), the bytes it holds, the bytes copied in and
+out by one call (measured by ``transfer.bytes_moved``) and its heavy ops,
+read from the compiled graph.
+"""
+import sys
+
+from theano.compile import SharedVariable
+
+from ..config.flags import format_bytes
+from . import transfer
+from .placement import context_of, heavy_op_counts
+from .plan import current_plan
+from .rows import slice_bounds
+from .transfer import HOST
+
+__all__ = ['resident_bytes', 'format_report', 'report', 'FirstCallReport']
+
+
+def resident_bytes(theano_function, mesh):
+    """{context name or HOST: bytes of the shared variables it holds}."""
+    resident = {}
+    for item in theano_function.maker.inputs:
+        variable = item.variable
+        if not isinstance(variable, SharedVariable):
+            continue
+        value = variable.get_value(borrow=True, return_internal_type=True)
+        nbytes = int(getattr(value, 'size', 0)) * value.dtype.itemsize
+        where = context_of(variable, mesh)
+        resident[where] = resident.get(where, 0) + nbytes
+    return resident
+
+
+# (header, row key, width); the byte-valued keys are formatted as sizes.
+BATCH_COLUMNS = [('context', 'context', 9), ('device', 'device', 10),
+                 ('batch rows', 'rows', 14), ('resident', 'resident', 11),
+                 ('copied in', 'moved_in', 11), ('copied out', 'moved_out', 11),
+                 ('heavy ops', 'heavy', 0)]
+LAYER_COLUMNS = [('context', 'context', 9), ('device', 'device', 10),
+                 ('layers', 'layers', 28), ('resident', 'resident', 11),
+                 ('activations', 'activations', 11), ('copied in', 'moved_in', 11),
+                 ('copied out', 'moved_out', 11), ('heavy ops', 'heavy', 0)]
+_BYTE_KEYS = ('resident', 'activations', 'moved_in', 'moved_out')
+
+
+def _cell(row, key):
+    value = row[key]
+    if key in _BYTE_KEYS:
+        return format_bytes(value)
+    if key == 'heavy':
+        return ', '.join('%s x%d' % item for item in sorted(value.items())) or '-'
+    return str(value)
+
+
+def format_report(title, rows, columns=BATCH_COLUMNS):
+    """The report's text: ``rows`` are dicts with the keys of ``columns``."""
+    def line(cells):
+        return '  ' + ' '.join(cell.ljust(width) for cell, (_, _, width)
+                               in zip(cells, columns)).rstrip()
+    lines = ['theano_multigpu placement report: %s' % title,
+             line([header for header, _, _ in columns])]
+    lines += [line([_cell(row, key) for _, key, _ in columns]) for row in rows]
+    return '\n'.join(lines)
+
+
+class FirstCallReport(object):
+    """A Keras backend Function that prints its placement report after its
+    first call, when the batch size and the bytes moved are known."""
+
+    def __init__(self, keras_function, mesh, title, stream=None):
+        self._keras_function = keras_function
+        self._mesh = mesh
+        self._title = title
+        self._stream = stream
+        self._reported = False
+
+    def __call__(self, inputs):
+        if self._reported:
+            return self._keras_function(inputs)
+        before = dict(transfer.bytes_moved)
+        outputs = self._keras_function(inputs)
+        self._reported = True
+        batch_rows = len(inputs[0]) if inputs and getattr(inputs[0], 'ndim', 0) else 0
+        moved = {key: n - before.get(key, 0) for key, n in transfer.bytes_moved.items()}
+        text = report(self._keras_function.function, self._mesh, self._title,
+                      batch_rows, moved)
+        (self._stream or sys.stderr).write(text + '\n')
+        return outputs
+
+    def __getattr__(self, name):
+        return getattr(self._keras_function, name)
+
+
+def report(theano_function, mesh, title, batch_rows, moved):
+    """The placement report of a compiled function after a call with
+    ``batch_rows`` rows that moved ``moved`` ({(source, dest): bytes})."""
+    if mesh.mode == 'layer':
+        return format_report('%s (* master; activations estimated for the plan\'s '
+                             'batch; bytes moved by this call)' % title,
+                             _layer_rows(theano_function, mesh, moved), LAYER_COLUMNS)
+    heavy = heavy_op_counts(theano_function.maker.fgraph, mesh)
+    resident = resident_bytes(theano_function, mesh)
+    bounds = dict(zip(mesh.names, slice_bounds(batch_rows, len(mesh.names))))
+    rows = []
+    for name in mesh.names + ([HOST] if HOST in heavy or HOST in resident else []):
+        graph_names = (name, None) if name == mesh.master else (name,)
+        start, stop = bounds.get(name, (0, 0))
+        rows.append({
+            'context': name + ('*' if name == mesh.master else ''),
+            'device': mesh.devices.get(name, '-'),
+            'rows': '%d-%d of %d' % (start, stop, batch_rows) if stop > start else '0 of %d' % batch_rows,
+            'heavy': heavy.get(name, {}),
+            'resident': resident.get(name, 0),
+            'moved_in': sum(n for (s, d), n in moved.items() if d in graph_names),
+            'moved_out': sum(n for (s, d), n in moved.items() if s in graph_names),
+        })
+    return format_report('%s (* master; bytes moved by this call)' % title, rows)
+
+
+def _layer_rows(theano_function, mesh, moved):
+    """Per context: its layers, resident and activation bytes, bytes moved."""
+    heavy = heavy_op_counts(theano_function.maker.fgraph, mesh)
+    resident = resident_bytes(theano_function, mesh)
+    plan = current_plan()
+    rows = []
+    for name in mesh.names + ([HOST] if HOST in heavy else []):
+        graph_names = (name, None) if name == mesh.master else (name,)
+        on = plan.needs_on(name)
+        rows.append({
+            'context': name + ('*' if name == mesh.master else ''),
+            'device': mesh.devices.get(name, '-'),
+            'layers': _compress([n.name for n in on]),
+            'resident': resident.get(name, 0),
+            'activations': sum(n.activations for n in on),
+            'heavy': heavy.get(name, {}),
+            'moved_in': sum(n for (s, d), n in moved.items() if d in graph_names),
+            'moved_out': sum(n for (s, d), n in moved.items() if s in graph_names),
+        })
+    return rows
+
+
+def _compress(layers):
+    if len(layers) <= 3:
+        return ', '.join(layers) or '-'
+    return '%s .. %s (%d)' % (layers[0], layers[-1], len(layers))
+

@@ -1,0 +1,156 @@
+"""Compiling one ``K.function`` in each mode: on one context, batch-wise
+over the contexts (and under MPI over the ranks), or layer-wise, its
+placement checked (and reported at its first call, if asked).
+
+``keras_function`` is Keras's own ``K.function``, which the adapter passes
+in; the rewrites get what Keras's graphs say from ``keras_graph``.
+"""
+from ..config import mesh as mesh_module
+from ..config.mpi_environment import launched_by_mpi
+from ..errors import ConfigurationError
+from ..graph import batchwise, layerwise, placement, report
+from ..graph.gradients import stand_ins_in
+from . import keras_graph
+
+__all__ = ['compile_function', 'mpi_ranks', 'function_title']
+
+
+def compile_function(keras_function, inputs, outputs, updates, kwargs, title):
+    """One Theano function; in batch-wise and layer-wise mode, spread over
+    the contexts, and under MPI over the ranks too."""
+    mesh = mesh_module.current()
+    ranks = mpi_ranks(mesh)
+    if mesh.mode == 'layer':
+        return _layerwise_function(keras_function, list(inputs), list(outputs),
+                                   _unique_updates(updates), kwargs, mesh, title)
+    if mesh.mode != 'batch' and ranks is None:
+        if mesh.graph_name(mesh.master) is not None:
+            _steer_to(inputs, mesh.graph_name(mesh.master))
+        return keras_function(inputs, outputs, updates=updates, **kwargs)
+    updates = _unique_updates(updates)
+    roots = list(outputs) + [new for _, new in updates]
+    _refuse_stateful(roots)
+    if ranks is not None:
+        from ..mpi import agreement
+        agreement.agree_and_broadcast(_weights_read(roots, updates), title)
+        if mesh.graph_name(mesh.master) is not None:
+            _steer_to(inputs, mesh.graph_name(mesh.master))
+
+    def compile_for(mesh, idle=False):
+        return _compile_batchwise(keras_function, list(inputs), list(outputs), updates,
+                                  kwargs, mesh, title, ranks, idle)
+    return batchwise.SplitFunction(compile_for, mesh, ranks)
+
+
+def mpi_ranks(mesh):
+    """(rank, size) when this process is one of several MPI ranks, else
+    None.  Layer-wise mode is refused under MPI."""
+    if not launched_by_mpi():
+        return None
+    if mesh.mode == 'layer':
+        raise ConfigurationError(
+            'under MPI each rank trains batch-wise on its share of the batch, but '
+            'THEANO_FLAGS sets multigpu.mode=layer; use multigpu.mode=batch (or '
+            'auto), or run layer-wise in one process without mpirun')
+    from ..mpi.world import world
+    _, rank, size = world()
+    return rank, size
+
+
+def _weights_read(roots, updates):
+    """The shared variables a function reads or updates, in graph order."""
+    from theano import gof
+    from theano.compile import SharedVariable
+    losses = [s.tag.multigpu_gradient.loss for s in stand_ins_in(roots)]
+    found, seen = [], set()
+    for variable in gof.graph.inputs(roots + losses) + [v for v, _ in updates]:
+        if isinstance(variable, SharedVariable) and id(variable) not in seen:
+            seen.add(id(variable))
+            found.append(variable)
+    return found
+
+
+def _gather(ranks, idle):
+    """The batch-wise gather: across MPI ranks, or the local one."""
+    if ranks is None:
+        return batchwise.LocalGather()
+    from ..mpi.data_parallel import RankGather
+    return RankGather(ranks[0], ranks[1], idle)
+
+
+def _compile_batchwise(keras_function, inputs, outputs, updates, kwargs, mesh, title,
+                       ranks=None, idle=False):
+    """Keras's Function of the batch-wise rewrite for ``mesh`` (and MPI
+    ``ranks``), its placement checked (and reported at its first call, if
+    asked)."""
+    outputs, updates = batchwise.rewrite(inputs, outputs, updates, mesh,
+                                         keras_graph.is_layer_output, _gather(ranks, idle))
+    compiled = keras_function(inputs, outputs, updates=updates, **kwargs)
+    if len(mesh.names) < len(mesh_module.current().names):
+        title += ' (for batches of %d row(s): on %s)' % (len(mesh.names), ', '.join(mesh.names))
+    return _checked(compiled, mesh, title)
+
+
+def _checked(compiled, mesh, title):
+    """``compiled`` (a Keras Function) with its placement checked, and
+    reported at its first call if multigpu.report is set."""
+    import theano
+    placement.check(compiled.function, mesh, theano.config.multigpu.check, title)
+    if theano.config.multigpu.report:
+        compiled = report.FirstCallReport(compiled, mesh, title)
+    return compiled
+
+
+def _layerwise_function(keras_function, inputs, outputs, updates, kwargs, mesh, title):
+    """A Function compiled at its first call (the plan counts activations
+    at that batch size), its placement checked (and reported, if asked)."""
+    def compile_for(batch_rows):
+        new_outputs, new_updates = layerwise.rewrite(inputs, outputs, updates, mesh,
+                                                     batch_rows, keras_graph.layer_calls)
+        compiled = keras_function(inputs, new_outputs, updates=new_updates, **kwargs)
+        return _checked(compiled, mesh, title)
+    return layerwise.LayerwiseFunction(compile_for)
+
+
+_KERAS_FUNCTIONS = {'_make_train_function': "Keras's train function",
+                    '_make_test_function': "Keras's test function",
+                    '_make_predict_function': "Keras's predict function"}
+
+
+def function_title(caller_frame):
+    """Which function is compiled, from the name of K.function's caller."""
+    return _KERAS_FUNCTIONS.get(caller_frame.f_code.co_name,
+                                'K.function from %s' % caller_frame.f_code.co_name)
+
+
+def _refuse_stateful(roots):
+    """Batch-wise mode splits every batch over the contexts, so a stateful
+    recurrent layer's state rows (one per sample of the batch) would have to
+    be split too; that is not supported, so say so before compiling."""
+    for layer in keras_graph.stateful_layers(roots)[:1]:
+        raise ValueError(
+            'batch-wise mode expects layers without state carried between '
+            'batches, but received the stateful recurrent layer %r; its '
+            'states hold one row per sample of the batch, which batch-wise '
+            "mode does not split. Use stateful=False, or run on one context "
+            "(THEANO_FLAGS multigpu.contexts=dev0)"
+            % layer.name)
+
+
+def _steer_to(inputs, context_name):
+    """Host inputs go to the weights' context.  ``K.placeholder`` sets no
+    target, and Theano then moves host inputs to its default context: every
+    weight would be copied there on each call."""
+    for placeholder in inputs:
+        if not hasattr(placeholder.tag, 'target'):
+            placeholder.tag.target = context_name
+
+
+def _unique_updates(updates):
+    """Keras's Function keeps the first update of each variable; so do we."""
+    seen, unique = set(), []
+    for variable, new_value in updates:
+        if id(variable) not in seen:
+            seen.add(id(variable))
+            unique.append((variable, new_value))
+    return unique

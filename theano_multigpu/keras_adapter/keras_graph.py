@@ -1,0 +1,59 @@
+"""What Keras's graphs say, read from Keras's internals: the one module
+that reads them (``_keras_history``, ``inbound_nodes``, ``_keras_shape``,
+``stateful``).
+
+Keras 1.x marks each tensor a layer call returns with ``_keras_history``
+(layer, node index, tensor index); the layer's ``inbound_nodes[index]``
+holds that call's input and output tensors.  The graph machinery below
+takes these facts as arguments and never reads Keras itself.
+"""
+from theano import gof
+
+from ..graph.layerwise import LayerCall
+
+__all__ = ['is_layer_output', 'layer_calls', 'stateful_layers', 'mark_as_weight']
+
+
+def _layer_of(variable):
+    history = getattr(variable, '_keras_history', None)
+    return history[0] if history else None
+
+
+def is_layer_output(variable):
+    """Whether a Keras layer call returned ``variable``."""
+    return hasattr(variable, '_keras_history')
+
+
+def layer_calls(roots):
+    """The Keras layer calls whose outputs ``roots`` read, as LayerCalls,
+    in the order the graph's ancestors list them."""
+    found = {}
+    for variable in gof.graph.ancestors(roots):
+        layer = _layer_of(variable)
+        if layer is not None and variable.owner is not None:
+            key = (id(layer), variable._keras_history[1])
+            if key not in found:
+                node = layer.inbound_nodes[key[1]]
+                found[key] = LayerCall(
+                    layer.name, node.input_tensors, node.output_tensors,
+                    [getattr(t, '_keras_shape', None) or (None,) * t.ndim
+                     for t in node.output_tensors])
+    return list(found.values())
+
+
+def stateful_layers(roots):
+    """The layers with state carried between batches (stateful recurrent
+    layers) whose outputs ``roots`` read."""
+    found = []
+    for variable in gof.graph.ancestors(roots):
+        layer = _layer_of(variable)
+        if getattr(layer, 'stateful', False) and layer not in found:
+            found.append(layer)
+    return found
+
+
+def mark_as_weight(variable, shape):
+    """What Keras's ``K.variable`` sets on the variables it returns."""
+    variable._keras_shape = shape
+    variable._uses_learning_phase = False
+    return variable

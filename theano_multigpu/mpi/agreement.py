@@ -1,0 +1,57 @@
+"""Ranks that agree: the same model, rank 0's weights, rank 0's random
+state.
+"""
+import numpy as np
+
+from .world import world
+
+__all__ = ['agree_and_broadcast', 'share_random_state']
+
+
+_agreed = set()
+
+
+def agree_and_broadcast(shared_variables, title):
+    """Before a function's first compile: check every rank built the same
+    function (the same weights, shapes and dtypes), then give every rank
+    rank 0's values of the weights not broadcast before.
+
+    Raises ValueError on every rank, naming what differs, when they differ.
+    """
+    comm, rank, size = world()
+    signature = [title] + ['%s %s %s' % (v.name, _shape(v), v.dtype) for v in shared_variables]
+    signatures = comm.allgather(signature)
+    for other, theirs in enumerate(signatures):
+        if theirs != signatures[0]:
+            raise ValueError(
+                'every MPI rank must build the same model, but rank %d differs from '
+                'rank 0 in %s: %s; run the same script with the same settings on '
+                'every rank' % (other, title, _first_difference(signatures[0], theirs)))
+    fresh = [v for v in shared_variables if id(v) not in _agreed]
+    values = comm.bcast([v.get_value() for v in fresh] if rank == 0 else None, root=0)
+    if rank != 0:
+        for variable, value in zip(fresh, values):
+            variable.set_value(value)
+    _agreed.update(id(v) for v in fresh)
+
+
+def _shape(shared_variable):
+    return tuple(shared_variable.get_value(borrow=True, return_internal_type=True).shape)
+
+
+def share_random_state():
+    """numpy's global generator in rank 0's state on every rank: Keras
+    shuffles with it (and seeds its dropout streams from it), so every rank
+    shuffles the same way and draws the same masks."""
+    comm, rank, size = world()
+    np.random.set_state(comm.bcast(np.random.get_state() if rank == 0 else None, root=0))
+
+
+def _first_difference(ours, theirs):
+    for k in range(max(len(ours), len(theirs))):
+        a = ours[k] if k < len(ours) else 'nothing'
+        b = theirs[k] if k < len(theirs) else 'nothing'
+        if a != b:
+            what = 'the function' if k == 0 else 'variable %d' % (k - 1)
+            return '%s is %r on rank 0 and %r there' % (what, a, b)
+    return 'nothing'

@@ -1,0 +1,100 @@
+"""Data parallelism over the ranks: each rank computes its share of every
+batch, the ranks' rows are joined, and the gradients summed.
+
+Under ``mpirun`` (or SLURM's ``srun``) every rank runs the user's unchanged
+script and Keras hands every rank the same batch.  ``RankGather`` is the
+batch-wise rewrite's gather across ranks: each rank's contexts (or its
+host) compute its share of the rows, ``AllGatherRows`` joins the ranks'
+rows of the layer outputs the loss reads, so loss, metrics and state
+updates are computed on the whole batch, identically on every rank, and
+``AllReduceSum`` sums the ranks' weight gradients, so the optimizer's
+updates are identical on every rank too.
+"""
+import theano
+from theano import gof, tensor
+
+from ..graph.gradients import by_loss, host_gradient
+from ..graph.rows import slice_bounds
+from .ops import AllGatherRows, AllReduceSum
+from .world import world
+
+__all__ = ['RankGather', 'all_gather_rows', 'sum_over_ranks', 'data_parallel_gradients']
+
+
+class RankGather(object):
+    """The batch-wise gather across MPI ranks (see ``graph.batchwise``):
+    rank ``rank`` of ``size`` computes its share of the rows.  ``idle``:
+    its share is empty (fewer rows than ranks); kernels refuse empty
+    operands, so it computes the first row and contributes none."""
+
+    def __init__(self, rank, size, idle=False):
+        self.rank, self.size, self.idle = rank, size, idle
+
+    def replica_bounds(self, batch_size, replicas):
+        if self.idle:
+            return [(0, 1)]
+        start, stop = slice_bounds(batch_size, self.size)[self.rank]
+        return [(start + a, start + b) for a, b in slice_bounds(stop - start, replicas)]
+
+    def join(self, joined_here, batch_size):
+        if self.idle:
+            joined_here = [rows[:0] for rows in joined_here]
+        rows = [stop - start for start, stop in slice_bounds(batch_size, self.size)]
+        return all_gather_rows(joined_here, rows)
+
+    def gradients(self, stand_ins, replace):
+        return data_parallel_gradients(stand_ins, replace)
+
+
+def all_gather_rows(blocks, rows_per_rank):
+    """The whole batch's rows of each of ``blocks`` (this rank's rows),
+    from every rank; ``rows_per_rank`` lists the rows each rank holds."""
+    rank = world()[1]
+    return AllGatherRows(rank)(tensor.stack(rows_per_rank).astype('int64'), *blocks,
+                               return_list=True)
+
+
+def sum_over_ranks(tensors, after=()):
+    """Each of ``tensors`` summed over the ranks: one fused AllReduceSum
+    per dtype."""
+    by_dtype = {}
+    for k, t in enumerate(tensors):
+        by_dtype.setdefault(t.dtype, []).append(k)
+    summed = [None] * len(tensors)
+    for dtype in sorted(by_dtype):
+        group = by_dtype[dtype]
+        sums = AllReduceSum(len(group))(*([tensors[k] for k in group] + list(after)),
+                                        return_list=True)
+        for k, total in zip(group, sums):
+            summed[k] = total
+    return summed
+
+
+def data_parallel_gradients(stand_ins, replace):
+    """{stand-in: gradient of its loss over the whole global batch}.
+
+    ``replace`` rewrites the loss to read the outputs of ``AllGatherRows``.
+    Backward through them, a rank's gradient covers its own rows only:
+    those parts are summed over the ranks.  What the loss reads of a weight
+    directly (a regulariser) is the same on every rank and is added after
+    the sum, not counted once per rank.
+    """
+    through, direct, order, gathered = [], [], [], []
+    for loss, group in by_loss(stand_ins).items():
+        rewritten = theano.clone(loss, replace=replace, strict=False)
+        # theano.clone copies the replacements' graphs too: find the copies.
+        cut = [out for node in gof.graph.io_toposort(gof.graph.inputs([rewritten]), [rewritten])
+               if isinstance(node.op, AllGatherRows) for out in node.outputs]
+        params = [s.tag.multigpu_gradient.param for s in group]
+        total = theano.grad(rewritten, params, disconnected_inputs='ignore')
+        own = theano.grad(rewritten, params, consider_constant=cut,
+                          disconnected_inputs='ignore')
+        for stand_in, t, d in zip(group, total, own):
+            t, d = host_gradient(t), host_gradient(d)
+            through.append(t - d)
+            direct.append(d)
+            order.append(stand_in)
+        gathered += cut
+    summed = sum_over_ranks(through, after=gathered)
+    return dict((s, tensor.as_tensor_variable(g + d))
+                for s, g, d in zip(order, summed, direct))
