@@ -13,6 +13,7 @@ demo: setup
 	@tools/demo.sh
 
 test: setup
+	.venv/bin/lint-imports
 	$(PYTHON) -m pytest -p no:cacheprovider --durations=25 tests $(PYTEST_ARGS)
 
 bench:
