@@ -22,7 +22,7 @@ import numpy as np
 from ..config import mesh as mesh_module
 from ..config.mpi_environment import launched_by_mpi
 from ..patch_targets import Attributes
-from . import functions, keras_graph
+from . import functions, keras_graph   # neither imports the graph layer at import
 
 __all__ = ['TAKEN_OVER', 'install', 'stock']
 

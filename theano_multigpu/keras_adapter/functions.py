@@ -3,14 +3,13 @@ over the contexts (and under MPI over the ranks), or layer-wise, its
 placement checked (and reported at its first call, if asked).
 
 ``keras_function`` is Keras's own ``K.function``, which the adapter passes
-in; the rewrites get what Keras's graphs say from ``keras_graph``.
+in; the rewrites get what Keras's graphs say from ``keras_graph``.  The
+graph layer is imported only where a mode needs it: it imports Theano's
+gpuarray backend, and a plain run without pygpu must not.
 """
 from ..config import mesh as mesh_module
 from ..config.mpi_environment import launched_by_mpi
 from ..errors import ConfigurationError
-from ..graph import batchwise, layerwise, placement, report
-from ..graph.gradients import stand_ins_in
-from . import keras_graph
 
 __all__ = ['compile_function', 'mpi_ranks', 'function_title']
 
@@ -27,6 +26,7 @@ def compile_function(keras_function, inputs, outputs, updates, kwargs, title):
         if mesh.graph_name(mesh.master) is not None:
             _steer_to(inputs, mesh.graph_name(mesh.master))
         return keras_function(inputs, outputs, updates=updates, **kwargs)
+    from ..graph import batchwise
     updates = _unique_updates(updates)
     roots = list(outputs) + [new for _, new in updates]
     _refuse_stateful(roots)
@@ -61,6 +61,7 @@ def _weights_read(roots, updates):
     """The shared variables a function reads or updates, in graph order."""
     from theano import gof
     from theano.compile import SharedVariable
+    from ..graph.gradients import stand_ins_in
     losses = [s.tag.multigpu_gradient.loss for s in stand_ins_in(roots)]
     found, seen = [], set()
     for variable in gof.graph.inputs(roots + losses) + [v for v, _ in updates]:
@@ -72,6 +73,7 @@ def _weights_read(roots, updates):
 
 def _gather(ranks, idle):
     """The batch-wise gather: across MPI ranks, or the local one."""
+    from ..graph import batchwise
     if ranks is None:
         return batchwise.LocalGather()
     from ..mpi.data_parallel import RankGather
@@ -83,6 +85,8 @@ def _compile_batchwise(keras_function, inputs, outputs, updates, kwargs, mesh, t
     """Keras's Function of the batch-wise rewrite for ``mesh`` (and MPI
     ``ranks``), its placement checked (and reported at its first call, if
     asked)."""
+    from ..graph import batchwise
+    from . import keras_graph
     outputs, updates = batchwise.rewrite(inputs, outputs, updates, mesh,
                                          keras_graph.is_layer_output, _gather(ranks, idle))
     compiled = keras_function(inputs, outputs, updates=updates, **kwargs)
@@ -95,6 +99,7 @@ def _checked(compiled, mesh, title):
     """``compiled`` (a Keras Function) with its placement checked, and
     reported at its first call if multigpu.report is set."""
     import theano
+    from ..graph import placement, report
     placement.check(compiled.function, mesh, theano.config.multigpu.check, title)
     if theano.config.multigpu.report:
         compiled = report.FirstCallReport(compiled, mesh, title)
@@ -104,6 +109,9 @@ def _checked(compiled, mesh, title):
 def _layerwise_function(keras_function, inputs, outputs, updates, kwargs, mesh, title):
     """A Function compiled at its first call (the plan counts activations
     at that batch size), its placement checked (and reported, if asked)."""
+    from ..graph import layerwise
+    from . import keras_graph
+
     def compile_for(batch_rows):
         new_outputs, new_updates = layerwise.rewrite(inputs, outputs, updates, mesh,
                                                      batch_rows, keras_graph.layer_calls)
@@ -127,14 +135,16 @@ def _refuse_stateful(roots):
     """Batch-wise mode splits every batch over the contexts, so a stateful
     recurrent layer's state rows (one per sample of the batch) would have to
     be split too; that is not supported, so say so before compiling."""
-    for layer in keras_graph.stateful_layers(roots)[:1]:
+    from . import keras_graph
+    stateful = keras_graph.stateful_layers(roots)
+    if stateful:
         raise ValueError(
             'batch-wise mode expects layers without state carried between '
             'batches, but received the stateful recurrent layer %r; its '
             'states hold one row per sample of the batch, which batch-wise '
             "mode does not split. Use stateful=False, or run on one context "
             "(THEANO_FLAGS multigpu.contexts=dev0)"
-            % layer.name)
+            % stateful[0].name)
 
 
 def _steer_to(inputs, context_name):

@@ -9,8 +9,6 @@ takes these facts as arguments and never reads Keras itself.
 """
 from theano import gof
 
-from ..graph.layerwise import LayerCall
-
 __all__ = ['is_layer_output', 'layer_calls', 'stateful_layers', 'mark_as_weight']
 
 
@@ -27,6 +25,7 @@ def is_layer_output(variable):
 def layer_calls(roots):
     """The Keras layer calls whose outputs ``roots`` read, as LayerCalls,
     in the order the graph's ancestors list them."""
+    from ..graph.layerwise import LayerCall   # layer-wise mode alone needs it
     found = {}
     for variable in gof.graph.ancestors(roots):
         layer = _layer_of(variable)
