@@ -109,8 +109,10 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None):
     gather = gather or LocalGather()
     update_values = [new for _, new in updates]
     roots = list(outputs) + update_values
-    frontier = find_frontier(roots, is_layer_output)
     stand_ins = stand_ins_in(roots)
+    # The losses gradients are taken of: a function may return gradients alone.
+    losses = [s.tag.multigpu_gradient.loss for s in stand_ins]
+    frontier = find_frontier(roots + losses, is_layer_output)
     if not frontier:
         if stand_ins:
             raise RuntimeError('K.gradients was called on a graph with no Keras '

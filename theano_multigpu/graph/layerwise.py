@@ -113,6 +113,14 @@ def _place(calls, owners, roots, mesh):
             variable.place(mesh.graph_name(name))
 
 
+def _on_its_context(variable):
+    """What the rewritten graph reads for ``variable``: a placed weight's
+    copy on its context; anything else (an input, a scalar) as it is."""
+    if isinstance(variable, PlacedVariable) and variable.placed is not None:
+        return variable.placed
+    return variable
+
+
 def rewrite(inputs, outputs, updates, mesh, batch_rows, layer_calls):
     """(outputs, updates) of the layer-wise function; plans its layers
     first if they are not planned yet.  ``updates`` is a list of pairs;
@@ -156,7 +164,7 @@ def rewrite(inputs, outputs, updates, mesh, batch_rows, layer_calls):
             if (id(variable) in input_ids and id(variable) not in read_by_layers
                     and variable.ndim >= 1):
                 replace[variable] = on_context(variable, output_context)
-    replace.update(real_gradients(stand_ins, replace, wrt=lambda p: p.placed))
+    replace.update(real_gradients(stand_ins, replace, wrt=_on_its_context))
     new_roots = theano.clone(roots, replace=replace, strict=False)
     left = [v for v in gof.graph.inputs(new_roots) if isinstance(v, PlacedVariable)]
     if left:

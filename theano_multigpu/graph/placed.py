@@ -3,16 +3,17 @@ the plan places it, then a handle on its copy on the planned context.
 
 ``get_value``/``set_value`` read and write that copy; the host variable
 keeps only a zero-strided placeholder of its shape (no memory).  Graphs
-read the copy through ``host_view``; ``host_graph`` rewrites a graph so.
+read the copy through ``host_view``, the shim's rewrite and any
+``theano.function`` alike (``graph_view``, ``compat.shared_views``).
+Pickled, it carries its value.
 """
 import numpy as np
 import theano
-from theano import gof
 from theano.gpuarray.basic_ops import host_from_gpu
 from theano.gpuarray.type import gpuarray_shared_constructor
 from theano.tensor.sharedvar import TensorSharedVariable
 
-__all__ = ['PlacedVariable', 'new_variable', 'host_view', 'placed_replacements', 'host_graph']
+__all__ = ['PlacedVariable', 'new_variable', 'host_view', 'placed_replacements']
 
 
 class PlacedVariable(TensorSharedVariable):
@@ -37,6 +38,15 @@ class PlacedVariable(TensorSharedVariable):
         self.placed = gpuarray_shared_constructor(value, name=self.name, target=context_name)
         self.container.storage[0] = np.broadcast_to(np.zeros((), value.dtype), value.shape)
 
+    def graph_view(self):
+        """What a Theano function reads for this variable: the host view of
+        its copy, once placed (``compat.shared_views``)."""
+        return host_view(self) if self.placed is not None else None
+
+    def __reduce__(self):
+        """Pickled with its value (not the placeholder); unpickled unplaced."""
+        return (_unpickle, (self.get_value(), self.name))
+
     @property
     def nbytes(self):
         value = self.get_value(borrow=True)
@@ -53,6 +63,10 @@ def new_variable(value, dtype, name):
     return variable
 
 
+def _unpickle(value, name):
+    return new_variable(value, value.dtype, name)
+
+
 _views = {}
 
 
@@ -67,11 +81,3 @@ def placed_replacements(variables):
     """{placed variable: its host view} for those of ``variables`` placed."""
     return dict((v, host_view(v)) for v in variables
                 if isinstance(v, PlacedVariable) and v.placed is not None)
-
-
-def host_graph(x):
-    """``x`` with placed variables read from their copies (for K.eval)."""
-    if isinstance(x, PlacedVariable) and x.placed is not None:
-        return host_view(x)
-    replace = placed_replacements(gof.graph.inputs([x]))
-    return theano.clone(x, replace=replace, strict=False) if replace else x

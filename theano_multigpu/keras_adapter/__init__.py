@@ -26,10 +26,12 @@ from . import functions, keras_graph   # neither imports the graph layer at impo
 
 __all__ = ['TAKEN_OVER', 'install', 'stock']
 
+# (K.eval needs no entry: any Theano function reads a layer-wise weight's
+# copy, see compat.shared_views.)
 TAKEN_OVER = ('variable', 'function', 'gradients', 'get_value', 'set_value',
-              'batch_get_value', 'batch_set_value', 'eval')
+              'batch_get_value', 'batch_set_value')
 # Keras 1.0.1 lacks batch_get_value and batch_set_value.
-THEANO_BACKEND = Attributes('keras.backend.theano_backend', TAKEN_OVER[:5] + ('eval',),
+THEANO_BACKEND = Attributes('keras.backend.theano_backend', TAKEN_OVER[:5],
                             "its entries are replaced by the shim's")
 
 # Keras's own implementations, captured before they are replaced.
@@ -58,18 +60,26 @@ def variable(value, dtype=None, name=None):
 
 def function(inputs, outputs, updates=[], **kwargs):
     """One Theano function; in batch-wise and layer-wise mode, spread over
-    the contexts, and under MPI over the ranks too."""
-    return functions.compile_function(stock['function'], inputs, outputs, updates, kwargs,
-                                      functions.function_title(sys._getframe(1)))
+    the contexts, and under MPI over the ranks too.  ``outputs`` is a list,
+    or one tensor (then a call returns one array, as stock's does)."""
+    title = functions.function_title(sys._getframe(1))
+    if isinstance(outputs, (list, tuple)):
+        return functions.compile_function(stock['function'], inputs, outputs, updates,
+                                          kwargs, title)
+    return functions.SingleOutput(functions.compile_function(
+        stock['function'], inputs, [outputs], updates, kwargs, title))
 
 
 def gradients(loss, variables):
-    """Gradients; in batch-wise and layer-wise mode and under MPI,
-    stand-ins that ``function`` replaces by the gradients of the rewritten
-    loss."""
+    """Gradients of ``loss`` with respect to ``variables`` (a list, or one
+    tensor: then one gradient, as stock's); in batch-wise and layer-wise
+    mode and under MPI, stand-ins that ``function`` replaces by the
+    gradients of the rewritten loss."""
     if mesh_module.current().mode in ('batch', 'layer') or launched_by_mpi():
         from ..graph.gradients import gradient_stand_ins
-        return gradient_stand_ins(loss, variables)
+        if isinstance(variables, (list, tuple)):
+            return gradient_stand_ins(loss, variables)
+        return gradient_stand_ins(loss, [variables])[0]
     return stock['gradients'](loss, variables)
 
 
@@ -79,15 +89,6 @@ def get_value(x):
 
 def set_value(x, value):
     return stock['set_value'](x, value)
-
-
-def eval(x):
-    """The value of ``x``; in layer-wise mode read from the weights' copies
-    on their contexts."""
-    if mesh_module.current().mode == 'layer':
-        from ..graph import placed
-        x = placed.host_graph(x)
-    return stock['eval'](x)
 
 
 def batch_get_value(xs):

@@ -11,7 +11,7 @@ from ..config import mesh as mesh_module
 from ..config.mpi_environment import launched_by_mpi
 from ..errors import ConfigurationError
 
-__all__ = ['compile_function', 'mpi_ranks', 'function_title']
+__all__ = ['compile_function', 'SingleOutput', 'mpi_ranks', 'function_title']
 
 
 def compile_function(keras_function, inputs, outputs, updates, kwargs, title):
@@ -40,6 +40,20 @@ def compile_function(keras_function, inputs, outputs, updates, kwargs, title):
         return _compile_batchwise(keras_function, list(inputs), list(outputs), updates,
                                   kwargs, mesh, title, ranks, idle)
     return batchwise.SplitFunction(compile_for, mesh, ranks)
+
+
+class SingleOutput(object):
+    """A Keras Function compiled for ``[output]``, called as one compiled
+    for ``output``: a call returns the array, not a list of one."""
+
+    def __init__(self, keras_function):
+        self._keras_function = keras_function
+
+    def __call__(self, inputs):
+        return self._keras_function(inputs)[0]
+
+    def __getattr__(self, name):
+        return getattr(self._keras_function, name)
 
 
 def mpi_ranks(mesh):

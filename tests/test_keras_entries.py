@@ -1,0 +1,49 @@
+"""Keras's backend entries as stock Keras takes them, in both modes:
+``K.gradients(loss, x)`` with one tensor (an input or a weight) and
+``K.function(ins, out)`` with one output, as Keras's
+conv_filter_visualization, deep_dream and neural_style_transfer examples
+call them; and a layer-wise weight read by any Theano means (``.eval()``, a
+user's ``theano.function``, pickling).  Each value is checked against
+numpy from the trained weights.
+"""
+import pytest
+
+from conftest import TWO, needs_pocl, run_python
+
+SCRIPT = '''
+import pickle
+import numpy as np
+import theano
+import keras.backend as K
+from keras.models import Sequential
+from keras.layers import Dense
+model = Sequential([Dense(4, input_dim=3), Dense(2)])
+model.compile(loss='mse', optimizer='sgd')
+x = np.arange(15, dtype='float32').reshape(5, 3) / 10
+model.train_on_batch(x, np.ones((5, 2), 'float32'))
+W1, b1, W2, b2 = model.get_weights()
+hidden = x.dot(W1) + b1
+out = hidden.dot(W2) + b2
+loss = K.sum(K.square(model.output))
+by_input = K.function([model.input], K.gradients(loss, model.input))([x])
+by_weight = K.function([model.input], K.gradients(loss, model.layers[1].W))([x])
+W = model.layers[1].W
+np.savez('out.npz', by_input=by_input, by_weight=by_weight, eval=W.eval(),
+         function=theano.function([], W * 2)(), pickled=pickle.loads(pickle.dumps(W)).get_value(),
+         want_input=2 * out.dot(W2.T).dot(W1.T), want_weight=2 * hidden.T.dot(out), W2=W2)
+'''
+
+
+@needs_pocl
+@pytest.mark.parametrize('mode', ['batch', 'layer'])
+def test_single_tensors_and_weights_read_by_theano(home, mode):
+    import numpy as np
+    run_python(home, flags=TWO + ',multigpu.mode=' + mode, code=SCRIPT)
+    out = np.load(str(home / 'out.npz'))
+    assert out['by_input'].shape == (5, 3) and out['by_weight'].shape == (4, 2)
+    np.testing.assert_allclose(out['by_input'], out['want_input'], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(out['by_weight'], out['want_weight'], rtol=1e-4, atol=1e-5)
+    assert np.abs(out['W2']).sum() > 0
+    np.testing.assert_array_equal(out['eval'], out['W2'])
+    np.testing.assert_array_equal(out['function'], 2 * out['W2'])
+    np.testing.assert_array_equal(out['pickled'], out['W2'])

@@ -1,0 +1,56 @@
+"""Shared variables whose value lives elsewhere, read right by any Theano
+function.
+
+A layer-wise weight is a host shared variable whose value lives on its
+context (``graph.placed``); the host variable holds only a placeholder of
+its shape.  The shim's own functions read the copy, but a user's
+``W.eval()`` or ``theano.function([], W * 2)`` compiled the placeholder
+and silently read zeros.  So every ``theano.function`` now reads such a
+variable through the graph its ``graph_view()`` method returns (a host view
+of the copy): any shared variable with that method takes part.
+
+Imports no Theano: ``install`` runs once ``theano.compile.function`` has.
+"""
+from ..patch_targets import Parameters
+
+__all__ = ['install', 'views_of']
+
+PFUNC = Parameters(
+    'theano.compile.function.pfunc',
+    ('params', 'outputs', 'mode', 'updates', 'givens', 'no_default_updates',
+     'accept_inplace', 'name', 'rebuild_strict', 'allow_input_downcast', 'profile',
+     'on_unused_input', 'output_keys'),
+    'wrapped: shared variables whose value lives elsewhere are read through their view')
+
+
+def views_of(roots):
+    """[(variable, its view)] for the shared variables ``roots`` read whose
+    value lives elsewhere."""
+    from theano import gof
+    found = []
+    for variable in gof.graph.inputs(roots):
+        view = getattr(variable, 'graph_view', None)
+        view = view() if view is not None else None
+        if view is not None:
+            found.append((variable, view))
+    return found
+
+
+def _reading_views(pfunc):
+    def pfunc_reading_views(params, outputs=None, mode=None, updates=None, givens=None,
+                            *args, **kwargs):
+        roots = list(outputs) if isinstance(outputs, (list, tuple)) else (
+            [outputs] if outputs is not None else [])
+        pairs = list(updates.items()) if isinstance(updates, dict) else list(updates or [])
+        views = views_of(roots + [value for _, value in pairs])
+        if views:
+            given = list(givens.items()) if isinstance(givens, dict) else list(givens or [])
+            taken = set(id(v) for v, _ in given)
+            givens = given + [(v, view) for v, view in views if id(v) not in taken]
+        return pfunc(params, outputs, mode, updates, givens, *args, **kwargs)
+    return pfunc_reading_views
+
+
+def install(function_module):
+    """Wrap the ``pfunc`` that ``theano.function`` calls."""
+    function_module.pfunc = _reading_views(PFUNC.check(function_module.pfunc))
