@@ -85,6 +85,7 @@ def _fix_cop_cache_version(op_module):
     """Theano keys the compile cache of COp ops (DimShuffle, GpuDot22, ...)
     on ``hash(source code)``, which Python 3 randomises per process: every
     run compiled them again.  Key them on a digest of the code instead."""
+    COP_CACHE_VERSION.check(op_module.COp.c_code_cache_version)
     op_module.COp.c_code_cache_version = _stable_cop_cache_version
 
 
