@@ -7,6 +7,7 @@ writes an .npz; the configurations run side by side.  Batch 10 splits
 evenly over 2 contexts and unevenly over 4 (2, 3, 2, 3 rows); ``mlp@3``
 trains on a batch smaller than the number of contexts (on 4).
 """
+import json
 import textwrap
 
 import numpy as np
@@ -20,13 +21,15 @@ CONFIGURATIONS = {1: ONE, 2: TWO, 4: FOUR}
 # The context names heavy ops run on (the master is Theano's default, None).
 GRAPH_NAMES = {2: ['None', 'dev1'], 4: ['None', 'dev1', 'dev2', 'dev3']}
 
-# Dropout too: each replica takes its rows of the masks drawn for the batch.
-EXACT = ['mlp', 'cnn', 'lstm', 'gru', 'functional', 'mlp_dropout', 'mlp@3']
+# Random draws too: each replica takes its rows of what one context draws,
+# dropout masks and the VAE's noise, of a fixed or a symbolic batch shape.
+EXACT = ['mlp', 'cnn', 'lstm', 'gru', 'functional', 'mlp_dropout', 'mlp@3',
+         'vae_fixed', 'vae_symbolic']
 MODELS = EXACT + ['cnn_bn']
 # To keep the suite short (compiling dominates), 4 contexts train the models
 # whose split differs from 2 contexts': uneven slices (batch 10 as 2, 3, 2,
 # 3 rows) and a batch smaller than the number of contexts (mlp@3).
-MODELS_ON = {1: MODELS, 2: MODELS, 4: ['mlp', 'cnn', 'functional', 'mlp@3']}
+MODELS_ON = {1: MODELS, 2: MODELS, 4: ['mlp', 'cnn', 'functional', 'mlp@3', 'vae_symbolic']}
 STEPS, BATCH = 5, 10
 RTOL, ATOL = 1e-4, 1e-6
 
@@ -79,6 +82,58 @@ def test_batch_normalisation_trains(runs, n):
     for key in [k for k in runs[n] if k.startswith('cnn_bn/')]:
         if runs[n][key].dtype.kind == 'f':
             assert np.all(np.isfinite(runs[n][key])), key
+
+
+ROWS_MEET = {
+    # name: (the Lambda, the op named, why)
+    'centre': ('x - K.mean(x, axis=0, keepdims=True)', 'Sum{axis=[0]',
+               "reduces over the batch's rows (axis 0)"),
+    'similarity': ('K.dot(x, K.transpose(x))', 'dot', 'multiplies rows with rows'),
+    'count': ("x * K.cast(K.shape(x)[0], 'float32')", 'Elemwise{Cast{float32}}',
+              'uses K.shape(x)[0], the number of rows, as a number'),
+    'reversed': ('x[::-1]', 'Subtensor{::int64}', "indexes along the batch's rows"),
+    'cumulative': ('T.extra_ops.cumsum(x, axis=0)', 'CumOp{0, add}',
+                   "accumulates along the batch's rows"),
+    'sorted': ('T.sort(x, axis=0)', 'SortOp{quicksort, None}', "sorts along the batch's rows"),
+}
+
+
+def test_rows_that_meet_stop_before_compiling_with_the_op_and_layer(home):
+    """Each Lambda makes the batch's rows meet, so splitting the batch
+    would change the numbers: the train function is refused before it is
+    compiled, naming the op, its layer and why; a row-wise Lambda trains."""
+    result = run_python(home, flags=TWO, code='''
+        import json
+        import numpy as np
+        import theano.tensor as T
+        import keras.backend as K
+        from keras.models import Sequential
+        from keras.layers import Dense, Lambda
+        from theano_multigpu.errors import RowsMeetError
+        lambdas = %r
+        lambdas['row-wise'] = ('x - K.mean(x, axis=1, keepdims=True)', '', '')
+        found = {}
+        for name, (code, _, _) in sorted(lambdas.items()):
+            model = Sequential([Dense(4, input_dim=3), Lambda(eval('lambda x: ' + code),
+                                output_shape=lambda s: s, name=name), Dense(2)])
+            model.compile(loss='mse', optimizer='sgd')
+            try:
+                model.train_on_batch(np.ones((6, 3), 'float32'), np.ones((6, 2), 'float32'))
+                found[name] = 'trained'
+            except RowsMeetError as error:
+                found[name] = str(error)
+        print(json.dumps(found))
+    ''' % ROWS_MEET)
+    found = json.loads(result.stdout.strip().split('\n')[-1])
+    assert found.pop('row-wise') == 'trained'
+    assert sorted(found) == sorted(ROWS_MEET)
+    for name, (_, op, why) in ROWS_MEET.items():
+        assert found[name].startswith(
+            "batch-wise mode splits each batch's rows over the contexts, so the ops before "
+            "the loss must keep each row apart, but %s" % op), found[name]
+        assert "in layer '%s' %s: on one device it sees the whole batch" % (name, why) \
+            in found[name], found[name]
+        assert 'multigpu.contexts=dev0' in found[name]
 
 
 def test_stateful_recurrent_layer_stops_with_a_clear_error(home):

@@ -1,6 +1,7 @@
 """The exceptions theano_multigpu raises."""
 
-__all__ = ['ConfigurationError', 'PlacementError', 'PlanError', 'PatchTargetError']
+__all__ = ['ConfigurationError', 'PlacementError', 'PlanError', 'PatchTargetError',
+           'RowsMeetError']
 
 
 class ConfigurationError(ValueError):
@@ -22,3 +23,9 @@ class PlanError(ValueError):
 class PatchTargetError(RuntimeError):
     """A function or class that theano_multigpu patches is not the one its
     patch was written for (another Theano or Keras version)."""
+
+
+class RowsMeetError(ValueError):
+    """Batch-wise mode cannot split a graph whose rows meet before the loss
+    (a reduction over the batch, a product over it, ...): the message names
+    the op and its layer."""

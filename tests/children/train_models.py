@@ -85,6 +85,34 @@ def build(name, rng, n):
              rng.rand(n, 1).astype('float32')]
         kwargs['sample_weight'] = [rng.rand(n).astype('float32') + 0.5,
                                    rng.rand(n).astype('float32')]
+    elif name in ('vae_fixed', 'vae_symbolic'):
+        # Keras's examples/variational_autoencoder.py in small: the sampling
+        # Lambda draws noise of the batch's shape, written with the fixed
+        # batch size or with K.shape; the loss reads z_mean and z_log_var.
+        import keras.backend as K
+        from keras import objectives
+        from keras.layers import Lambda
+        fixed = name == 'vae_fixed'
+        inputs = Input(batch_shape=(n, 8)) if fixed else Input(shape=(8,))
+        hidden = Dense(6, activation='relu')(inputs)
+        z_mean, z_log_var = Dense(2)(hidden), Dense(2)(hidden)
+
+        def sampling(args):
+            mean, log_var = args
+            shape = (n, 2) if fixed else (K.shape(mean)[0], 2)
+            return mean + K.exp(log_var / 2) * K.random_normal(shape=shape, mean=0., std=1.)
+
+        z = Lambda(sampling, output_shape=(2,))([z_mean, z_log_var])
+        decoded = Dense(8, activation='sigmoid')(Dense(6, activation='relu')(z))
+
+        def vae_loss(x_true, x_decoded):
+            kl = -0.5 * K.sum(1 + z_log_var - K.square(z_mean) - K.exp(z_log_var), axis=-1)
+            return 8 * objectives.binary_crossentropy(x_true, x_decoded) + kl
+
+        model = Model(inputs, decoded)
+        model.compile(optimizer=RMSprop(lr=0.01), loss=vae_loss)
+        x = rng.rand(n, 8).astype('float32')
+        y = x
     else:
         raise SystemExit('unknown model %r' % name)
     model.set_weights([(rng.randn(*w.shape) * 0.3).astype('float32')

@@ -22,10 +22,10 @@ from theano import gof, tensor
 from theano.compile import SharedVariable
 from theano.gpuarray.basic_ops import HostFromGpu
 from theano.gpuarray.type import GpuArrayType
-from theano.sandbox.rng_mrg import mrg_uniform
+from theano.tensor.opt import Assert
 
 from .gradients import real_gradients, stand_ins_in
-from .rows import slice_bounds
+from .rows import find_rows_meeting, slice_bounds
 from .transfer import HOST, on_context
 
 __all__ = ['LocalGather', 'find_frontier', 'rewrite', 'SplitFunction']
@@ -72,10 +72,24 @@ def _depends_on_shared(variable):
     return any(isinstance(v, SharedVariable) for v in gof.graph.inputs([variable]))
 
 
-def _replica_replacements(frontier, inputs, context, bounds):
+def _rows_of(whole, axis, bounds, batch_size):
+    """``whole``'s rows ``bounds`` along ``axis``, checked to number the
+    batch's rows (one device refuses a tensor of other rows too)."""
+    start, stop = bounds
+    rows = whole.shape[axis]
+    checked = Assert('batch-wise mode: a tensor made for a fixed batch size meets a '
+                     'batch of another size (one device refuses it too)')(
+        whole, tensor.eq(rows, batch_size))
+    return checked[(slice(None),) * axis + (slice(start, stop),)]
+
+
+def _replica_replacements(frontier, inputs, context, bounds, whole, batch_size):
     """Replacements that make ``frontier`` compute on ``context`` (HOST: on
     the host, as Theano places it): each batch input sliced and moved there,
-    each weight's host view read from a copy moved there."""
+    each weight's host view read from a copy moved there, and each tensor
+    made for the whole batch (``whole``: [(variable, rows axis)], e.g. a
+    random draw of the batch's shape) read as its rows of the one tensor
+    one context would compute: the generator's state advances once."""
     start, stop = bounds
 
     def place(x):
@@ -85,26 +99,26 @@ def _replica_replacements(frontier, inputs, context, bounds):
     for variable in gof.graph.inputs(frontier):
         if id(variable) in inputs and variable.ndim >= 1:
             replace[variable] = place(variable[start:stop])
-    for node in gof.graph.io_toposort(gof.graph.inputs(frontier), frontier):
-        if isinstance(node.op, HostFromGpu) and context != HOST:
-            source = node.inputs[0]
+    for variable, axis in whole:
+        replace[variable] = place(_rows_of(variable, axis, bounds, batch_size))
+    if context != HOST:
+        for node in gof.graph.io_toposort(gof.graph.inputs(frontier), frontier):
+            source = node.inputs[0] if isinstance(node.op, HostFromGpu) else None
             if isinstance(source, SharedVariable) and isinstance(source.type, GpuArrayType):
                 replace[node.outputs[0]] = on_context(source, context)
-        elif isinstance(node.op, mrg_uniform) and node.outputs[1].ndim >= 2:
-            # Random numbers drawn for the whole batch (Keras draws them with
-            # the shape of the batch), sliced: dropout masks are one
-            # context's, and the generator's state advances once per call.
-            replace[node.outputs[1]] = place(node.outputs[1][start:stop])
     return replace
 
 
-def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None):
+def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, describe=None):
     """(outputs, updates) of the batch-wise function for ``mesh``.
 
     ``inputs`` are the function's inputs; ``updates`` a list of pairs;
     ``is_layer_output(variable)`` tells the layer outputs; ``gather``
-    shares and joins the rows (a LocalGather by default).  The mesh's
-    contexts (or the host, if it has none) each compute their share.
+    shares and joins the rows (a LocalGather by default); ``describe(node)``
+    names a node's layer and says whether rows may meet there per slice
+    (see ``rows.find_rows_meeting``).  The mesh's contexts (or the host, if
+    it has none) each compute their share.  Raises RowsMeetError, before
+    compiling, where the split would change the numbers.
     """
     gather = gather or LocalGather()
     update_values = [new for _, new in updates]
@@ -123,11 +137,12 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None):
     batch_inputs = [v for v in gof.graph.inputs(frontier) if id(v) in input_ids and v.ndim >= 1]
     if not batch_inputs:
         return list(outputs), list(updates)
+    whole = find_rows_meeting(batch_inputs, frontier, describe or (lambda node: (None, False)))
     batch_size = batch_inputs[0].shape[0]
     contexts = [mesh.graph_name(name) for name in mesh.names] or [HOST]
     per_replica = []
     for context, bounds in zip(contexts, gather.replica_bounds(batch_size, len(contexts))):
-        replace = _replica_replacements(frontier, inputs, context, bounds)
+        replace = _replica_replacements(frontier, inputs, context, bounds, whole, batch_size)
         per_replica.append(theano.clone(frontier, replace=replace, strict=False))
     joined_here = [_join_on_master(mesh, contexts, [replica[k] for replica in per_replica])
                    for k in range(len(frontier))]

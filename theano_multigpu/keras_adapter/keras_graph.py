@@ -9,7 +9,8 @@ takes these facts as arguments and never reads Keras itself.
 """
 from theano import gof
 
-__all__ = ['is_layer_output', 'layer_calls', 'stateful_layers', 'mark_as_weight']
+__all__ = ['is_layer_output', 'layer_calls', 'node_describer', 'stateful_layers',
+           'mark_as_weight']
 
 
 def _layer_of(variable):
@@ -38,6 +39,33 @@ def layer_calls(roots):
                     [getattr(t, '_keras_shape', None) or (None,) * t.ndim
                      for t in node.output_tensors])
     return list(found.values())
+
+
+# Layers whose statistics are computed on each context's rows by design
+# (documented): BatchNormalization normalises each replica's slice.
+PER_SLICE_LAYERS = ('BatchNormalization',)
+
+
+def node_describer(roots):
+    """``describe(node)`` -> (name of the innermost layer whose call computes
+    ``node``, or None; whether rows may meet there per slice), for the
+    nodes of the layer calls ``roots`` read."""
+    calls = []
+    for variable in gof.graph.ancestors(roots):
+        layer = _layer_of(variable)
+        if layer is not None and variable.owner is not None:
+            node = layer.inbound_nodes[variable._keras_history[1]]
+            if not any(c[1] is node for c in calls):
+                region = gof.graph.io_toposort(node.input_tensors, node.output_tensors)
+                calls.append((layer, node, region))
+    by_node = {}
+    for layer, _, region in sorted(calls, key=lambda c: -len(c[2])):   # innermost last
+        for apply_node in region:
+            by_node[id(apply_node)] = (layer.name, type(layer).__name__ in PER_SLICE_LAYERS)
+
+    def describe(apply_node):
+        return by_node.get(id(apply_node), (None, False))
+    return describe
 
 
 def stateful_layers(roots):
