@@ -23,8 +23,9 @@ GRAPH_NAMES = {2: ['None', 'dev1'], 4: ['None', 'dev1', 'dev2', 'dev3']}
 
 # Random draws too: each replica takes its rows of what one context draws,
 # dropout masks and the VAE's noise, of a fixed or a symbolic batch shape.
+# Stateful recurrent layers too: each replica carries its rows of the states.
 EXACT = ['mlp', 'cnn', 'lstm', 'gru', 'functional', 'mlp_dropout', 'mlp@3',
-         'vae_fixed', 'vae_symbolic']
+         'vae_fixed', 'vae_symbolic', 'stateful_lstm']
 MODELS = EXACT + ['cnn_bn']
 # To keep the suite short (compiling dominates), 4 contexts train the models
 # whose split differs from 2 contexts': uneven slices (batch 10 as 2, 3, 2,
@@ -136,19 +137,26 @@ def test_rows_that_meet_stop_before_compiling_with_the_op_and_layer(home):
         assert 'multigpu.contexts=dev0' in found[name]
 
 
-def test_stateful_recurrent_layer_stops_with_a_clear_error(home):
+def test_stateful_layer_refuses_a_batch_of_another_size(home):
+    """A stateful layer's states hold the rows of the batch size it was
+    built for; one device refuses a batch of another size, and so do the
+    contexts, with an error that says why (a shorter batch would otherwise
+    read the first rows of the states)."""
     result = run_python(home, flags=TWO, check=False, code='''
         import numpy as np
         from keras.models import Sequential
         from keras.layers import LSTM, Dense
-        model = Sequential([LSTM(4, stateful=True, batch_input_shape=(4, 3, 2)), Dense(1)])
+        model = Sequential([LSTM(2, stateful=True, batch_input_shape=(4, 3, 2)), Dense(1)])
         model.compile(loss='mse', optimizer='sgd')
         model.train_on_batch(np.zeros((4, 3, 2), 'float32'), np.zeros((4, 1), 'float32'))
+        print('4 rows trained')
+        model.train_on_batch(np.zeros((2, 3, 2), 'float32'), np.zeros((2, 1), 'float32'))
     ''')
+    assert '4 rows trained' in result.stdout
     assert result.returncode != 0
-    assert 'batch-wise mode expects layers without state carried between batches, but ' \
-           'received the stateful recurrent layer' in result.stderr
-    assert 'stateful=False' in result.stderr
+    assert ("batch-wise mode: a tensor made for a fixed batch size (a stateful layer's "
+            "states, a random draw or a constant of the batch's shape) meets a batch of "
+            "another size, which one device refuses too") in result.stderr
 
 
 def test_placement_check_names_an_op_on_the_wrong_context(home):

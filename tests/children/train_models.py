@@ -85,6 +85,15 @@ def build(name, rng, n):
              rng.rand(n, 1).astype('float32')]
         kwargs['sample_weight'] = [rng.rand(n).astype('float32') + 0.5,
                                    rng.rand(n).astype('float32')]
+    elif name == 'stateful_lstm':
+        # Keras's examples/stateful_lstm.py in small: states carried from
+        # batch to batch, a fixed batch_input_shape.
+        model = Sequential([LSTM(5, batch_input_shape=(n, 3, 2), return_sequences=True,
+                                 stateful=True),
+                            LSTM(4, stateful=True), Dense(1)])
+        model.compile(loss='mse', optimizer=RMSprop(lr=0.01))
+        x = rng.rand(n, 3, 2).astype('float32')
+        y = rng.rand(n, 1).astype('float32')
     elif name in ('vae_fixed', 'vae_symbolic'):
         # Keras's examples/variational_autoencoder.py in small: the sampling
         # Lambda draws noise of the batch's shape, written with the fixed
@@ -215,6 +224,10 @@ def main():
         for i, w in enumerate(model.get_weights()):
             results['%s/w%d' % (name, i)] = w
         results[name + '/loss'] = np.array(losses)
+        if model_name.startswith('stateful'):   # the states the steps carried, then none
+            results[name + '/states'] = np.hstack([s.get_value() for layer in model.layers
+                                                   for s in getattr(layer, 'states', [])])
+            model.reset_states()
         pred = model.predict(x, batch_size=batch)
         if isinstance(pred, list):
             pred = np.hstack([p.reshape(len(p), -1) for p in pred])

@@ -25,10 +25,12 @@ PFUNC = Parameters(
 
 def views_of(roots):
     """[(variable, its view)] for the shared variables ``roots`` read whose
-    value lives elsewhere."""
+    value lives elsewhere; ``roots`` may hold theano.Out wrappers (Scan
+    compiles its inner function with them)."""
     from theano import gof
+    roots = [getattr(r, 'variable', r) for r in roots]
     found = []
-    for variable in gof.graph.inputs(roots):
+    for variable in gof.graph.inputs([r for r in roots if isinstance(r, gof.Variable)]):
         view = getattr(variable, 'graph_view', None)
         view = view() if view is not None else None
         if view is not None:

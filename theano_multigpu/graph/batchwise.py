@@ -72,13 +72,24 @@ def _depends_on_shared(variable):
     return any(isinstance(v, SharedVariable) for v in gof.graph.inputs([variable]))
 
 
+def _state_reads(frontier, state_ids):
+    """How ``frontier`` reads the shared variables of ``state_ids``: the
+    variable itself, or its host view where it lives on a context."""
+    reads = [v for v in gof.graph.inputs(frontier) if id(v) in state_ids]
+    for node in gof.graph.io_toposort(gof.graph.inputs(frontier), frontier):
+        if isinstance(node.op, HostFromGpu) and id(node.inputs[0]) in state_ids:
+            reads.append(node.outputs[0])
+    return reads
+
+
 def _rows_of(whole, axis, bounds, batch_size):
     """``whole``'s rows ``bounds`` along ``axis``, checked to number the
     batch's rows (one device refuses a tensor of other rows too)."""
     start, stop = bounds
     rows = whole.shape[axis]
-    checked = Assert('batch-wise mode: a tensor made for a fixed batch size meets a '
-                     'batch of another size (one device refuses it too)')(
+    checked = Assert('batch-wise mode: a tensor made for a fixed batch size (a stateful '
+                     "layer's states, a random draw or a constant of the batch's shape) "
+                     'meets a batch of another size, which one device refuses too')(
         whole, tensor.eq(rows, batch_size))
     return checked[(slice(None),) * axis + (slice(start, stop),)]
 
@@ -88,8 +99,9 @@ def _replica_replacements(frontier, inputs, context, bounds, whole, batch_size):
     the host, as Theano places it): each batch input sliced and moved there,
     each weight's host view read from a copy moved there, and each tensor
     made for the whole batch (``whole``: [(variable, rows axis)], e.g. a
-    random draw of the batch's shape) read as its rows of the one tensor
-    one context would compute: the generator's state advances once."""
+    random draw of the batch's shape, or a stateful layer's states) read as
+    its rows of the one tensor one context would compute: a generator's
+    state advances once."""
     start, stop = bounds
 
     def place(x):
@@ -99,26 +111,30 @@ def _replica_replacements(frontier, inputs, context, bounds, whole, batch_size):
     for variable in gof.graph.inputs(frontier):
         if id(variable) in inputs and variable.ndim >= 1:
             replace[variable] = place(variable[start:stop])
-    for variable, axis in whole:
-        replace[variable] = place(_rows_of(variable, axis, bounds, batch_size))
     if context != HOST:
         for node in gof.graph.io_toposort(gof.graph.inputs(frontier), frontier):
             source = node.inputs[0] if isinstance(node.op, HostFromGpu) else None
             if isinstance(source, SharedVariable) and isinstance(source.type, GpuArrayType):
                 replace[node.outputs[0]] = on_context(source, context)
+    for variable, axis in whole:
+        replace[variable] = place(_rows_of(variable, axis, bounds, batch_size))
     return replace
 
 
-def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, describe=None):
+def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, describe=None,
+            row_states=()):
     """(outputs, updates) of the batch-wise function for ``mesh``.
 
     ``inputs`` are the function's inputs; ``updates`` a list of pairs;
     ``is_layer_output(variable)`` tells the layer outputs; ``gather``
     shares and joins the rows (a LocalGather by default); ``describe(node)``
     names a node's layer and says whether rows may meet there per slice
-    (see ``rows.find_rows_meeting``).  The mesh's contexts (or the host, if
-    it has none) each compute their share.  Raises RowsMeetError, before
-    compiling, where the split would change the numbers.
+    (see ``rows.find_rows_meeting``); ``row_states`` are shared variables
+    holding a row per sample of the batch (a stateful layer's states): each
+    replica reads its rows and computes their new value, joined like a
+    layer output.  The mesh's contexts (or the host, if it has none) each
+    compute their share.  Raises RowsMeetError, before compiling, where the
+    split would change the numbers.
     """
     gather = gather or LocalGather()
     update_values = [new for _, new in updates]
@@ -126,7 +142,10 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
     stand_ins = stand_ins_in(roots)
     # The losses gradients are taken of: a function may return gradients alone.
     losses = [s.tag.multigpu_gradient.loss for s in stand_ins]
-    frontier = find_frontier(roots + losses, is_layer_output)
+    state_ids = set(id(s) for s in row_states)
+    new_states = set(id(new) for var, new in updates if id(var) in state_ids)
+    frontier = find_frontier(roots + losses,
+                             lambda v: is_layer_output(v) or id(v) in new_states)
     if not frontier:
         if stand_ins:
             raise RuntimeError('K.gradients was called on a graph with no Keras '
@@ -137,12 +156,15 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
     batch_inputs = [v for v in gof.graph.inputs(frontier) if id(v) in input_ids and v.ndim >= 1]
     if not batch_inputs:
         return list(outputs), list(updates)
-    whole = find_rows_meeting(batch_inputs, frontier, describe or (lambda node: (None, False)))
+    state_reads = _state_reads(frontier, state_ids)
+    whole = find_rows_meeting(batch_inputs + state_reads, frontier,
+                              describe or (lambda node: (None, False)))
     batch_size = batch_inputs[0].shape[0]
     contexts = [mesh.graph_name(name) for name in mesh.names] or [HOST]
     per_replica = []
     for context, bounds in zip(contexts, gather.replica_bounds(batch_size, len(contexts))):
-        replace = _replica_replacements(frontier, inputs, context, bounds, whole, batch_size)
+        replace = _replica_replacements(frontier, inputs, context, bounds,
+                                        whole + [(read, 0) for read in state_reads], batch_size)
         per_replica.append(theano.clone(frontier, replace=replace, strict=False))
     joined_here = [_join_on_master(mesh, contexts, [replica[k] for replica in per_replica])
                    for k in range(len(frontier))]

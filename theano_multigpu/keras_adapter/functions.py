@@ -29,7 +29,6 @@ def compile_function(keras_function, inputs, outputs, updates, kwargs, title):
     from ..graph import batchwise
     updates = _unique_updates(updates)
     roots = list(outputs) + [new for _, new in updates]
-    _refuse_stateful(roots)
     if ranks is not None:
         from ..mpi import agreement
         agreement.agree_and_broadcast(_weights_read(roots, updates), title)
@@ -100,14 +99,14 @@ def _compile_batchwise(keras_function, inputs, outputs, updates, kwargs, mesh, t
     ``ranks``), its placement checked (and reported at its first call, if
     asked)."""
     from ..graph import batchwise
-    from . import keras_graph
     from ..graph.gradients import stand_ins_in
+    from . import keras_graph
     roots = list(outputs) + [new for _, new in updates]
     describe = keras_graph.node_describer(
         roots + [s.tag.multigpu_gradient.loss for s in stand_ins_in(roots)])
     outputs, updates = batchwise.rewrite(inputs, outputs, updates, mesh,
                                          keras_graph.is_layer_output, _gather(ranks, idle),
-                                         describe)
+                                         describe, keras_graph.row_states(roots))
     compiled = keras_function(inputs, outputs, updates=updates, **kwargs)
     if len(mesh.names) < len(mesh_module.current().names):
         title += ' (for batches of %d row(s): on %s)' % (len(mesh.names), ', '.join(mesh.names))
@@ -148,22 +147,6 @@ def function_title(caller_frame):
     """Which function is compiled, from the name of K.function's caller."""
     return _KERAS_FUNCTIONS.get(caller_frame.f_code.co_name,
                                 'K.function from %s' % caller_frame.f_code.co_name)
-
-
-def _refuse_stateful(roots):
-    """Batch-wise mode splits every batch over the contexts, so a stateful
-    recurrent layer's state rows (one per sample of the batch) would have to
-    be split too; that is not supported, so say so before compiling."""
-    from . import keras_graph
-    stateful = keras_graph.stateful_layers(roots)
-    if stateful:
-        raise ValueError(
-            'batch-wise mode expects layers without state carried between '
-            'batches, but received the stateful recurrent layer %r; its '
-            'states hold one row per sample of the batch, which batch-wise '
-            "mode does not split. Use stateful=False, or run on one context "
-            "(THEANO_FLAGS multigpu.contexts=dev0)"
-            % stateful[0].name)
 
 
 def _steer_to(inputs, context_name):

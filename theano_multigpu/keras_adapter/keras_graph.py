@@ -1,6 +1,6 @@
 """What Keras's graphs say, read from Keras's internals: the one module
 that reads them (``_keras_history``, ``inbound_nodes``, ``_keras_shape``,
-``stateful``).
+``stateful`` and ``states``).
 
 Keras 1.x marks each tensor a layer call returns with ``_keras_history``
 (layer, node index, tensor index); the layer's ``inbound_nodes[index]``
@@ -9,7 +9,7 @@ takes these facts as arguments and never reads Keras itself.
 """
 from theano import gof
 
-__all__ = ['is_layer_output', 'layer_calls', 'node_describer', 'stateful_layers',
+__all__ = ['is_layer_output', 'layer_calls', 'node_describer', 'row_states',
            'mark_as_weight']
 
 
@@ -68,14 +68,16 @@ def node_describer(roots):
     return describe
 
 
-def stateful_layers(roots):
-    """The layers with state carried between batches (stateful recurrent
-    layers) whose outputs ``roots`` read."""
+def row_states(roots):
+    """The states of the stateful layers (recurrent layers with
+    ``stateful=True``) whose outputs ``roots`` read: shared variables with a
+    row per sample of the batch."""
     found = []
     for variable in gof.graph.ancestors(roots):
         layer = _layer_of(variable)
-        if getattr(layer, 'stateful', False) and layer not in found:
-            found.append(layer)
+        if getattr(layer, 'stateful', False):
+            found += [s for s in getattr(layer, 'states', []) or []
+                      if s is not None and all(s is not f for f in found)]
     return found
 
 
