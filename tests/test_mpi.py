@@ -21,8 +21,11 @@ pytestmark = pytest.mark.skipif(shutil.which('mpirun') is None,
 STEPS, BATCH = 5, 10
 RTOL, ATOL = 1e-4, 1e-6
 # mlp: class weights; deep_mlp: an l2 regulariser (read by every rank);
-# @9: 4 and 5 rows per rank; @1: rank 0 gets no row at all.
-CPU_MODELS = ['mlp', 'mlp@9', 'mlp@1', 'deep_mlp', 'cnn', 'cnn@9', 'cnn_bn']
+# @9: 4 and 5 rows per rank; @1: rank 0 gets no row at all; vae_symbolic:
+# each rank takes its rows of one draw; stateful_lstm: each rank carries
+# its rows of the states.
+CPU_MODELS = ['mlp', 'mlp@9', 'mlp@1', 'deep_mlp', 'cnn', 'cnn@9', 'cnn_bn', 'vae_symbolic',
+              'stateful_lstm']
 # Every rank its own leader: gradients summed by MPI Allreduce alone.
 ALLREDUCE_ONLY, ALLREDUCE_ONLY_MODELS = 'multigpu.mpi_shared_memory=False', ['mlp@9', 'cnn']
 
