@@ -225,6 +225,17 @@ def test_mode_filter_refuses():
     assert "'fast'" in str(info.value) and 'multigpu.mode=batch' in str(info.value)
 
 
+@pytest.mark.parametrize('value', ['sync', 'local'])
+def test_batchnorm_filter_accepts(value):
+    assert settings._filter_batchnorm(value) == value
+
+
+def test_batchnorm_filter_refuses():
+    with pytest.raises(ConfigurationError,
+                       match="multigpu.batchnorm expects one of sync/local, but received 'on'"):
+        settings._filter_batchnorm('on')
+
+
 def test_names_filter_refuses():
     with pytest.raises(ConfigurationError, match='multigpu.master') as info:
         settings._filter_names('multigpu.master')('dev-1')

@@ -7,12 +7,13 @@ import re
 
 from ..errors import ConfigurationError
 
-__all__ = ['MODES', 'CHECK_ACTIONS', 'NAME_RE', 'parse_contexts_flag', 'format_contexts',
-           'parse_name_list', 'parse_size', 'format_bytes', 'parse_device_memory',
-           'parse_layer_map']
+__all__ = ['MODES', 'CHECK_ACTIONS', 'BATCHNORM_MODES', 'NAME_RE', 'parse_contexts_flag',
+           'format_contexts', 'parse_name_list', 'parse_size', 'format_bytes',
+           'parse_device_memory', 'parse_layer_map']
 
 MODES = ('auto', 'batch', 'layer')
 CHECK_ACTIONS = ('warn', 'error', 'off')
+BATCHNORM_MODES = ('sync', 'local')
 
 _DEVICE_RE = re.compile(r'^(cuda\d*|opencl\d+:\d+)$')
 NAME_RE = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*$')

@@ -14,8 +14,8 @@ import sys
 from ..errors import ConfigurationError
 from ..patch_targets import Attributes
 from . import devices, mesh
-from .flags import (CHECK_ACTIONS, MODES, NAME_RE, format_contexts, parse_contexts_flag,
-                    parse_device_memory, parse_layer_map, parse_name_list)
+from .flags import (BATCHNORM_MODES, CHECK_ACTIONS, MODES, NAME_RE, format_contexts,
+                    parse_contexts_flag, parse_device_memory, parse_layer_map, parse_name_list)
 
 __all__ = ['LEGACY_FLAGS', 'translate_legacy_value', 'contexts_flag_value',
            'on_theano_configparser']
@@ -46,6 +46,14 @@ def _filter_check(value):
         raise ConfigurationError(
             "multigpu.check expects one of %s, but received %r; e.g. "
             "THEANO_FLAGS='multigpu.check=error'" % ('/'.join(CHECK_ACTIONS), value))
+    return value
+
+
+def _filter_batchnorm(value):
+    if value not in BATCHNORM_MODES:
+        raise ConfigurationError(
+            "multigpu.batchnorm expects one of %s, but received %r; e.g. "
+            "THEANO_FLAGS='multigpu.batchnorm=local'" % ('/'.join(BATCHNORM_MODES), value))
     return value
 
 
@@ -91,6 +99,11 @@ def _register_settings(configparser):
         "'64MiB', or per context 'dev0->64MiB;dev1->1GiB' (default: the "
         "device's free memory).",
         Param('', filter=_filter_with(parse_device_memory)), in_c_key=False)
+    add('multigpu.batchnorm',
+        "Batch-wise mode: BatchNormalization's statistics in training, 'sync' "
+        "(of the whole batch, as on one device) or 'local' (of each context's "
+        "rows: no wait for the other contexts, other numbers).",
+        Param('sync', filter=_filter_batchnorm), in_c_key=False)
     add('multigpu.mpi_shared_memory',
         'Under MPI: ranks on one machine sum their gradients in shared memory '
         '(an MPI-3 window), and one rank per machine with MPI Allreduce; False: '

@@ -44,7 +44,9 @@ class LocalGather(object):
     def replica_bounds(self, batch_size, replicas):
         return slice_bounds(batch_size, replicas)
 
-    def join(self, joined_here, batch_size):
+    def join(self, joined_here, batch_size, replicated=True):
+        """The whole batch's rows of each tensor; ``replicated``: what reads
+        them is computed alike everywhere (the loss), not per replica."""
         return joined_here
 
     def gradients(self, stand_ins, replace):
@@ -122,7 +124,7 @@ def _replica_replacements(frontier, inputs, context, bounds, whole, batch_size):
 
 
 def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, describe=None,
-            row_states=()):
+            row_states=(), sync_batchnorm=True):
     """(outputs, updates) of the batch-wise function for ``mesh``.
 
     ``inputs`` are the function's inputs; ``updates`` a list of pairs;
@@ -132,9 +134,10 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
     (see ``rows.find_rows_meeting``); ``row_states`` are shared variables
     holding a row per sample of the batch (a stateful layer's states): each
     replica reads its rows and computes their new value, joined like a
-    layer output.  The mesh's contexts (or the host, if it has none) each
-    compute their share.  Raises RowsMeetError, before compiling, where the
-    split would change the numbers.
+    layer output; ``sync_batchnorm``: batch normalisation uses the whole
+    batch's statistics (else each replica's).  The mesh's contexts (or the
+    host, if it has none) each compute their share.  Raises RowsMeetError,
+    before compiling, where the split would change the numbers.
     """
     gather = gather or LocalGather()
     update_values = [new for _, new in updates]
@@ -157,15 +160,17 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
     if not batch_inputs:
         return list(outputs), list(updates)
     state_reads = _state_reads(frontier, state_ids)
-    whole = find_rows_meeting(batch_inputs + state_reads, frontier,
-                              describe or (lambda node: (None, False)))
+    whole, synced = find_rows_meeting(batch_inputs + state_reads, frontier,
+                                      describe or (lambda node: (None, False)), sync_batchnorm)
     batch_size = batch_inputs[0].shape[0]
     contexts = [mesh.graph_name(name) for name in mesh.names] or [HOST]
-    per_replica = []
-    for context, bounds in zip(contexts, gather.replica_bounds(batch_size, len(contexts))):
-        replace = _replica_replacements(frontier, inputs, context, bounds,
-                                        whole + [(read, 0) for read in state_reads], batch_size)
-        per_replica.append(theano.clone(frontier, replace=replace, strict=False))
+    replaces = [_replica_replacements(frontier, inputs, context, bounds,
+                                      whole + [(read, 0) for read in state_reads], batch_size)
+                for context, bounds in zip(contexts,
+                                           gather.replica_bounds(batch_size, len(contexts)))]
+    for node in synced:   # in graph order: a later one reads an earlier one's output
+        _synchronise_batchnorm(node, mesh, contexts, replaces, gather, batch_size)
+    per_replica = [theano.clone(frontier, replace=replace, strict=False) for replace in replaces]
     joined_here = [_join_on_master(mesh, contexts, [replica[k] for replica in per_replica])
                    for k in range(len(frontier))]
     gathered = dict(zip(frontier, gather.join(joined_here, batch_size)))
@@ -175,6 +180,34 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
     new_outputs = new_roots[:len(outputs)]
     new_updates = [(var, new) for (var, _), new in zip(updates, new_roots[len(outputs):])]
     return new_outputs, new_updates
+
+
+def _synchronise_batchnorm(node, mesh, contexts, replaces, gather, batch_size):
+    """Make each replica normalise with the whole batch's statistics: the
+    replicas' inputs of batch normalisation ``node`` are joined, its mean
+    and 1/std computed from them on the master, sent to every replica, and
+    each replica normalises its rows with them (and its gradient flows back
+    the same way)."""
+    x = node.inputs[0]
+    pieces = [theano.clone(x, replace=replace, strict=False) for replace in replaces]
+    x_whole, = gather.join([_join_on_master(mesh, contexts, pieces)], batch_size,
+                           replicated=False)
+    # As Theano's batch_normalization_train computes them (its op has no
+    # gradient for its statistics alone).
+    axes, epsilon = node.op.axes, node.inputs[3]
+    mean = x_whole.mean(axes, keepdims=True)
+    invstd = tensor.inv(tensor.sqrt(x_whole.var(axes, keepdims=True) + epsilon))
+    scale, bias = node.inputs[1], node.inputs[2]
+    normalised = (x - node.outputs[1]) * (scale * node.outputs[2]) + bias
+    master = contexts[0] if contexts == [HOST] else mesh.graph_name(mesh.master)
+    for context, replace in zip(contexts, replaces):
+        def move(stat):
+            if context in (master, HOST):
+                return stat
+            return on_context(stat, context, came_from=master)
+        with_stats = dict(replace)
+        with_stats[node.outputs[1]], with_stats[node.outputs[2]] = move(mean), move(invstd)
+        replace[node.outputs[0]] = theano.clone(normalised, replace=with_stats, strict=False)
 
 
 def _join_on_master(mesh, contexts, pieces):

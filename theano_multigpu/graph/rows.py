@@ -52,18 +52,25 @@ def _const(variable):
         return None
 
 
-def find_rows_meeting(batch_inputs, frontier, describe):
+def find_rows_meeting(batch_inputs, frontier, describe, sync_batchnorm=True):
     """Check the graph from ``batch_inputs`` (rows on axis 0) to
-    ``frontier``; returns [(variable, rows axis)]: tensors made for the
-    whole batch that the rows meet elementwise (see the module docstring).
+    ``frontier``; returns (whole, synced):
+
+    - ``whole``: [(variable, rows axis)], tensors made for the whole batch
+      that the rows meet elementwise (see the module docstring);
+    - ``synced``: the batch normalisation nodes (Theano's
+      AbstractBatchNormTrain) whose statistics span the rows: with
+      ``sync_batchnorm`` they must be the whole batch's; otherwise each
+      replica's rows are its batch, by choice (multigpu.batchnorm=local).
 
     ``describe(node)`` -> (layer name or None, whether rows may meet there
     per slice, as BatchNormalization's statistics do by design).
     Raises RowsMeetError at the first op that makes rows meet.
     """
     from theano import gof
+    from theano.tensor.nnet.bn import AbstractBatchNormTrain
     facts = dict((id(v), _Facts(rows=0)) for v in batch_inputs)
-    whole = []
+    whole, synced = [], []
 
     def of(variable):
         return facts.get(id(variable), _NONE)
@@ -74,13 +81,19 @@ def find_rows_meeting(batch_inputs, frontier, describe):
                 and not _is_random_draw(node):
             continue
         layer, per_slice = describe(node)
+        if isinstance(node.op, AbstractBatchNormTrain) and ins[0].rows in node.op.axes:
+            # The output keeps the rows; mean and 1/std span them.
+            if sync_batchnorm:
+                synced.append(node)
+            facts[id(node.outputs[0])] = _Facts(rows=ins[0].rows)
+            continue
         outs, found = _node_facts(node, ins, per_slice)
         if isinstance(found, str):
             raise RowsMeetError(_message(node, layer, found))
         whole += found
         for variable, fact in zip(node.outputs, outs):
             facts[id(variable)] = fact
-    return whole
+    return whole, synced
 
 
 def _message(node, layer, why):

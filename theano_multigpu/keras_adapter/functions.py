@@ -104,9 +104,11 @@ def _compile_batchwise(keras_function, inputs, outputs, updates, kwargs, mesh, t
     roots = list(outputs) + [new for _, new in updates]
     describe = keras_graph.node_describer(
         roots + [s.tag.multigpu_gradient.loss for s in stand_ins_in(roots)])
+    import theano
     outputs, updates = batchwise.rewrite(inputs, outputs, updates, mesh,
                                          keras_graph.is_layer_output, _gather(ranks, idle),
-                                         describe, keras_graph.row_states(roots))
+                                         describe, keras_graph.row_states(roots),
+                                         theano.config.multigpu.batchnorm == 'sync')
     compiled = keras_function(inputs, outputs, updates=updates, **kwargs)
     if len(mesh.names) < len(mesh_module.current().names):
         title += ' (for batches of %d row(s): on %s)' % (len(mesh.names), ', '.join(mesh.names))

@@ -36,22 +36,23 @@ class RankGather(object):
         start, stop = slice_bounds(batch_size, self.size)[self.rank]
         return [(start + a, start + b) for a, b in slice_bounds(stop - start, replicas)]
 
-    def join(self, joined_here, batch_size):
+    def join(self, joined_here, batch_size, replicated=True):
         if self.idle:
             joined_here = [rows[:0] for rows in joined_here]
         rows = [stop - start for start, stop in slice_bounds(batch_size, self.size)]
-        return all_gather_rows(joined_here, rows)
+        return all_gather_rows(joined_here, rows, replicated)
 
     def gradients(self, stand_ins, replace):
         return data_parallel_gradients(stand_ins, replace)
 
 
-def all_gather_rows(blocks, rows_per_rank):
+def all_gather_rows(blocks, rows_per_rank, replicated=True):
     """The whole batch's rows of each of ``blocks`` (this rank's rows),
-    from every rank; ``rows_per_rank`` lists the rows each rank holds."""
+    from every rank; ``rows_per_rank`` lists the rows each rank holds;
+    ``replicated``: see AllGatherRows."""
     rank = world()[1]
-    return AllGatherRows(rank)(tensor.stack(rows_per_rank).astype('int64'), *blocks,
-                               return_list=True)
+    return AllGatherRows(rank, replicated)(tensor.stack(rows_per_rank).astype('int64'),
+                                           *blocks, return_list=True)
 
 
 def sum_over_ranks(tensors, after=()):

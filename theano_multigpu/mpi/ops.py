@@ -28,12 +28,16 @@ class AllGatherRows(gof.Op):
 
     Inputs: the rows each rank contributes (an int64 vector, the same on
     every rank), then this rank's blocks.  One MPI Allgatherv moves all the
-    blocks as bytes.  The gradient of an output is its rows of this rank.
+    blocks as bytes.  The gradient of an output is its rows of this rank:
+    of the output's gradient when what reads the output is computed alike
+    on every rank (``replicated``, the loss), else of that gradient summed
+    over the ranks (a statistic each rank uses for its own rows).
     """
-    __props__ = ('rank',)
+    __props__ = ('rank', 'replicated')
 
-    def __init__(self, rank):
+    def __init__(self, rank, replicated=True):
         self.rank = rank
+        self.replicated = replicated
 
     def make_node(self, rows, *blocks):
         rows = tensor.as_tensor_variable(rows)
@@ -83,8 +87,10 @@ class AllGatherRows(gof.Op):
         for block, g in zip(blocks, output_grads):
             if isinstance(g.type, DisconnectedType):
                 grads.append(DisconnectedType()())
-            else:
-                grads.append(g[start:start + block.shape[0]])
+                continue
+            if not self.replicated:
+                g, = AllReduceSum(1)(g, return_list=True)
+            grads.append(g[start:start + block.shape[0]])
         return grads
 
 

@@ -54,6 +54,7 @@ def collect():
         'multigpu.report': theano.config.multigpu.report,
         'multigpu.layer_map': theano.config.multigpu.layer_map or '(balanced plan)',
         'multigpu.device_memory': theano.config.multigpu.device_memory or '(free memory)',
+        'multigpu.batchnorm': theano.config.multigpu.batchnorm,
         'multigpu.mpi_shared_memory': theano.config.multigpu.mpi_shared_memory,
         'effective mode': mesh.mode,
         'MPI ranks': world_size(),
