@@ -17,19 +17,22 @@ import collections
 
 import numpy as np
 
-__all__ = ['MODELS', 'DEEP_MODELS', 'SIZES', 'Case', 'build']
+__all__ = ['MODELS', 'DEEP_MODELS', 'BN_MODELS', 'SIZES', 'Case', 'build']
 
 MODELS = ('mlp', 'cnn', 'lstm', 'functional')
 # Deeper models, for layer-wise mode (several layers to spread).
 DEEP_MODELS = ('deep_mlp', 'deep_cnn')
+# With BatchNormalization, for its synchronised and local statistics.
+BN_MODELS = ('cnn_bn',)
 
 # Per size: batch and the dimensions of each model.
 SIZES = {
     'test': dict(batch=16, mlp=(8, 16, 3), cnn=(1, 8, 4, 3), lstm=(5, 4, 7, 3),
-                 functional=(4, 3, 5), deep_mlp=(8, 16, 8, 3), deep_cnn=(1, 12, 4, 8, 3)),
+                 functional=(4, 3, 5), deep_mlp=(8, 16, 8, 3), deep_cnn=(1, 12, 4, 8, 3),
+                 cnn_bn=(1, 8, 4, 8, 3)),
     'bench': dict(batch=64, mlp=(64, 256, 10), cnn=(1, 28, 16, 10), lstm=(20, 16, 64, 10),
                   functional=(32, 16, 64), deep_mlp=(64, 256, 8, 10),
-                  deep_cnn=(1, 28, 32, 64, 10)),
+                  deep_cnn=(1, 28, 32, 64, 10), cnn_bn=(1, 28, 16, 32, 10)),
 }
 
 Case = collections.namedtuple('Case', 'name model x y')
@@ -45,14 +48,15 @@ def build(name, size='test', seed=1234, batch=None):
     ``name`` is one of MODELS.  The same (name, size, seed, batch) gives the
     same weights and data on every backend.
     """
-    from keras.layers import (LSTM, Convolution2D, Dense, Flatten, Input, MaxPooling2D,
-                              merge)
+    from keras.layers import (LSTM, BatchNormalization, Convolution2D, Dense, Flatten, Input,
+                              MaxPooling2D, merge)
     from keras.models import Model, Sequential
     from keras.optimizers import SGD, Adam, RMSprop
 
-    if name not in MODELS + DEEP_MODELS:
+    known = MODELS + DEEP_MODELS + BN_MODELS
+    if name not in known:
         raise ValueError('build expects a model name from %s, but received %r'
-                         % (MODELS + DEEP_MODELS, name))
+                         % (known, name))
     dims = SIZES[size]
     n = batch or dims['batch']
     rng = np.random.RandomState(seed)
@@ -97,6 +101,21 @@ def build(name, size='test', seed=1234, batch=None):
             MaxPooling2D((2, 2), dim_ordering='th'),
             Flatten(),
             Dense(wide, activation='relu'),
+            Dense(classes, activation='softmax')])
+        model.compile(loss='categorical_crossentropy', optimizer=Adam(lr=0.001))
+        x = rng.rand(n, channels, side, side).astype('float32')
+        y = _onehot(rng, n, classes)
+    elif name == 'cnn_bn':
+        channels, side, narrow, wide, classes = dims['cnn_bn']
+        conv = dict(activation='relu', dim_ordering='th', border_mode='same', bias=False)
+        model = Sequential([
+            Convolution2D(narrow, 3, 3, input_shape=(channels, side, side), **conv),
+            BatchNormalization(axis=1),
+            MaxPooling2D((2, 2), dim_ordering='th'),
+            Convolution2D(wide, 3, 3, **conv),
+            BatchNormalization(axis=1),
+            MaxPooling2D((2, 2), dim_ordering='th'),
+            Flatten(),
             Dense(classes, activation='softmax')])
         model.compile(loss='categorical_crossentropy', optimizer=Adam(lr=0.001))
         x = rng.rand(n, channels, side, side).astype('float32')

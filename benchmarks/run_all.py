@@ -5,6 +5,7 @@ import platform
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import batchnorm  # noqa: E402
 import batchwise  # noqa: E402
 import layerwise  # noqa: E402
 import mpi  # noqa: E402
@@ -20,6 +21,7 @@ def main():
     scan_cost.main([])
     one_context.main([])
     batchwise.main([])
+    batchnorm.main([])
     layerwise.main([])
     mpi.main([])
     print('figures written to benchmarks/results.json and benchmarks/results.md')

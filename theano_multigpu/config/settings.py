@@ -33,28 +33,20 @@ def _filter_with(parse):
     return check
 
 
-def _filter_mode(value):
-    if value not in MODES:
-        raise ConfigurationError(
-            "multigpu.mode expects one of %s, but received %r; e.g. "
-            "THEANO_FLAGS='multigpu.mode=batch'" % ('/'.join(MODES), value))
-    return value
+def _filter_choice(flag, choices, example):
+    """A filter accepting one of ``choices`` for setting ``flag``."""
+    def check(value):
+        if value not in choices:
+            raise ConfigurationError(
+                "%s expects one of %s, but received %r; e.g. THEANO_FLAGS='%s=%s'"
+                % (flag, '/'.join(choices), value, flag, example))
+        return value
+    return check
 
 
-def _filter_check(value):
-    if value not in CHECK_ACTIONS:
-        raise ConfigurationError(
-            "multigpu.check expects one of %s, but received %r; e.g. "
-            "THEANO_FLAGS='multigpu.check=error'" % ('/'.join(CHECK_ACTIONS), value))
-    return value
-
-
-def _filter_batchnorm(value):
-    if value not in BATCHNORM_MODES:
-        raise ConfigurationError(
-            "multigpu.batchnorm expects one of %s, but received %r; e.g. "
-            "THEANO_FLAGS='multigpu.batchnorm=local'" % ('/'.join(BATCHNORM_MODES), value))
-    return value
+_filter_mode = _filter_choice('multigpu.mode', MODES, 'batch')
+_filter_check = _filter_choice('multigpu.check', CHECK_ACTIONS, 'error')
+_filter_batchnorm = _filter_choice('multigpu.batchnorm', BATCHNORM_MODES, 'local')
 
 
 def _filter_names(flag):
