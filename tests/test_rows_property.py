@@ -1,0 +1,89 @@
+"""Property (hypothesis): for any small Keras model drawn from a pool of
+layers and Lambdas, row-meeting ones included, batch-wise on two pocl
+contexts gives one context's losses and weights, or, where the batch's rows
+meet (and only there), stops before compiling with the op named.
+
+Two long-lived children (tests/children/model_worker.py), one context and
+two, train each drawn model for 3 steps on the same data; most layers are
+compiled once and then come from the caches, so the examples stay cheap.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings, strategies as st
+
+from conftest import CHILDREN, ONE, PYTHON, TWO, needs_pocl, python_env, side_by_side
+
+sys.path.insert(0, CHILDREN)
+from model_worker import LAYERS, ROWS_MEET  # noqa: E402
+
+pytestmark = needs_pocl
+EXAMPLES, STEPS = 8, 3
+
+
+class ModelWorker(object):
+    """One model_worker.py child."""
+
+    def __init__(self, home, flags, slot):
+        self.log = open(os.path.join(home, 'worker.log'), 'w')
+        self.process = subprocess.Popen(
+            [PYTHON, os.path.join(CHILDREN, 'model_worker.py')], cwd=home,
+            env=python_env(home, flags, slot=slot), stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=self.log, text=True)
+
+    def ask(self, request):
+        self.process.stdin.write(json.dumps(request) + '\n')
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        if not line:
+            self.log.flush()
+            with open(self.log.name) as log:
+                pytest.fail('model worker exited (%s); its log ends:\n%s'
+                            % (self.process.wait(timeout=60), log.read()[-4000:]))
+        return json.loads(line)
+
+    def close(self):
+        self.process.stdin.close()
+        self.process.wait(timeout=120)
+        self.log.close()
+
+
+@pytest.fixture(scope='module')
+def workers(tmp_path_factory):
+    """{1: worker on one context, 2: worker on two}."""
+    flags = {1: ONE, 2: TWO}
+    slots, caches = side_by_side(list(flags))
+    base = tmp_path_factory.mktemp('rows_property')
+    started = {}
+    with caches:
+        for key in flags:
+            home = base / ('home_%s' % key)
+            home.mkdir()
+            started[key] = ModelWorker(str(home), flags[key], slots[key])
+        yield started
+        for worker in started.values():
+            worker.close()
+
+
+@settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,
+          phases=[Phase.explicit, Phase.generate],
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(layers=st.lists(st.sampled_from(sorted(LAYERS)), min_size=1, max_size=4))
+def test_two_contexts_equal_one_or_refuse_where_rows_meet(workers, layers):
+    request = {'layers': layers, 'steps': STEPS}
+    one, two = workers[1].ask(request), workers[2].ask(request)
+    assert 'refused' not in one, one   # one context computes anything
+    meets = [name for name in layers if name in ROWS_MEET]
+    if meets:
+        assert 'refused' in two, (layers, two)
+        assert "in layer 'lambda_" in two['refused']
+        assert "the batch's rows" in two['refused'] or 'rows with rows' in two['refused']
+        return
+    assert 'refused' not in two, (layers, two['refused'])
+    np.testing.assert_allclose(two['losses'], one['losses'], rtol=1e-4, atol=1e-6)
+    for mine, theirs in zip(two['weights'], one['weights']):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-4, atol=1e-6, err_msg=str(layers))
