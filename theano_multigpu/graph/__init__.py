@@ -3,7 +3,8 @@
 - ``transfer``: the transfer op that keeps placement (and the host's name);
 - ``gradients``: stand-ins for ``K.gradients``, replaced by the gradients of
   the rewritten loss;
-- ``rows``: how a batch's rows are shared among replicas and ranks;
+- ``rows``: how a batch's rows are shared among replicas and ranks, and
+  where a graph makes them meet;
 - ``batchwise``: the data-parallel rewrite;
 - ``placed``, ``planner``, ``plan``, ``layerwise``: the model-parallel
   weights, arithmetic, plan and rewrite;
