@@ -35,14 +35,16 @@ DESCRIPTION = {'cpu': 'on the CPU (no contexts)',
 
 
 class Worker(object):
-    """One step_worker.py child (under mpirun, with ``ranks``)."""
+    """One long-lived child answering a JSON line per JSON request:
+    step_worker.py, or ``script`` (under mpirun, with ``ranks``; with a
+    pocl cache ``slot`` of its own, see harness.child_env)."""
 
-    def __init__(self, home, backend, flags, extra, ranks=None):
+    def __init__(self, home, backend, flags, extra, ranks=None, script=WORKER, slot=None):
         environment = child_env(home, flags, backend, dict(extra or {}, OPENBLAS_NUM_THREADS='1',
-                                                            OMP_NUM_THREADS='1'))
+                                                            OMP_NUM_THREADS='1'), slot)
         self.log = open(os.path.join(home, 'worker.log'), 'w')
         launcher = MPIRUN + ['-np', str(ranks)] if ranks else []
-        self.process = subprocess.Popen(launcher + [PYTHON, WORKER], env=environment, cwd=home,
+        self.process = subprocess.Popen(launcher + [PYTHON, script], env=environment, cwd=home,
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=self.log, text=True)
 
@@ -53,7 +55,7 @@ class Worker(object):
         if not line:
             self.log.flush()
             with open(self.log.name) as log:
-                raise RuntimeError('benchmark worker exited (%s); its log ends:\n%s'
+                raise RuntimeError('worker exited (%s); its log ends:\n%s'
                                    % (self.process.wait(), log.read()[-4000:]))
         return json.loads(line)
 

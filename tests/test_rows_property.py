@@ -7,49 +7,21 @@ Two long-lived children (tests/children/model_worker.py), one context and
 two, train each drawn model for 3 steps on the same data; most layers are
 compiled once and then come from the caches, so the examples stay cheap.
 """
-import json
 import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
-from conftest import CHILDREN, ONE, PYTHON, TWO, needs_pocl, python_env, side_by_side
+from conftest import CHILDREN, ONE, TEST_COMPILE_FLAGS, TWO, needs_pocl, side_by_side
 
 sys.path.insert(0, CHILDREN)
 from model_worker import LAYERS, ROWS_MEET  # noqa: E402
+from one_context import Worker  # noqa: E402  (benchmarks/, on the path through conftest)
 
 pytestmark = needs_pocl
 EXAMPLES, STEPS = 8, 3
-
-
-class ModelWorker(object):
-    """One model_worker.py child."""
-
-    def __init__(self, home, flags, slot):
-        self.log = open(os.path.join(home, 'worker.log'), 'w')
-        self.process = subprocess.Popen(
-            [PYTHON, os.path.join(CHILDREN, 'model_worker.py')], cwd=home,
-            env=python_env(home, flags, slot=slot), stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=self.log, text=True)
-
-    def ask(self, request):
-        self.process.stdin.write(json.dumps(request) + '\n')
-        self.process.stdin.flush()
-        line = self.process.stdout.readline()
-        if not line:
-            self.log.flush()
-            with open(self.log.name) as log:
-                pytest.fail('model worker exited (%s); its log ends:\n%s'
-                            % (self.process.wait(timeout=60), log.read()[-4000:]))
-        return json.loads(line)
-
-    def close(self):
-        self.process.stdin.close()
-        self.process.wait(timeout=120)
-        self.log.close()
 
 
 @pytest.fixture(scope='module')
@@ -63,7 +35,10 @@ def workers(tmp_path_factory):
         for key in flags:
             home = base / ('home_%s' % key)
             home.mkdir()
-            started[key] = ModelWorker(str(home), flags[key], slots[key])
+            started[key] = Worker(str(home), 'theano_multigpu',
+                                  TEST_COMPILE_FLAGS + ',' + flags[key], None,
+                                  script=os.path.join(CHILDREN, 'model_worker.py'),
+                                  slot=slots[key])
         yield started
         for worker in started.values():
             worker.close()
@@ -77,6 +52,7 @@ def test_two_contexts_equal_one_or_refuse_where_rows_meet(workers, layers):
     request = {'layers': layers, 'steps': STEPS}
     one, two = workers[1].ask(request), workers[2].ask(request)
     assert 'refused' not in one, one   # one context computes anything
+    assert np.all(np.isfinite(one['losses'])), (layers, one['losses'])
     meets = [name for name in layers if name in ROWS_MEET]
     if meets:
         assert 'refused' in two, (layers, two)

@@ -45,6 +45,9 @@ def train(layers, steps):
     model.compile(loss='mse', optimizer=SGD(lr=0.05))
     model.set_weights([(rng.randn(*w.shape) * 0.4).astype('float32')
                        for w in model.get_weights()])
+    for layer in model.layers:   # a variance is positive
+        if hasattr(layer, 'running_std'):
+            layer.running_std.set_value(np.abs(layer.running_std.get_value()) + 0.5)
     x = rng.rand(10, 5).astype('float32')
     y = rng.rand(10, 3).astype('float32')
     try:
