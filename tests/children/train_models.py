@@ -124,6 +124,29 @@ def build(name, rng, n):
         model.compile(optimizer=RMSprop(lr=0.01), loss=vae_loss)
         x = rng.rand(n, 8).astype('float32')
         y = x
+    elif name == 'zoo':
+        # Keras layers whose graphs regroup the rows and put them back:
+        # UpSampling (T.repeat: an alloc), LocallyConnected (reshapes that
+        # move the rows, batch_dot; a shape only the run can check),
+        # TimeDistributed, Flatten, a bidirectional GRU with dropout on its
+        # recurrent weights (a scan, and random masks of the batch's shape),
+        # GlobalAveragePooling (T.mean divides by a float shape).
+        from keras.layers import (AveragePooling1D, Bidirectional, Convolution1D,
+                                  GlobalAveragePooling1D, LocallyConnected1D, Reshape,
+                                  TimeDistributed, UpSampling1D)
+        tokens = Input(shape=(6,), dtype='int32')
+        seq = Embedding(10, 4, input_length=6)(tokens)
+        seq = UpSampling1D(2)(Convolution1D(3, 3, activation='tanh')(seq))
+        seq = LocallyConnected1D(4, 3, activation='tanh')(seq)
+        seq = TimeDistributed(Dense(3, activation='relu'))(AveragePooling1D(2)(seq))
+        recurrent = Bidirectional(GRU(3, dropout_U=0.3, dropout_W=0.2))(seq)
+        pooled = GlobalAveragePooling1D()(seq)
+        flat = Flatten()(Reshape((3, 1))(pooled))
+        out = Dense(3, activation='softmax')(merge([recurrent, flat], mode='concat'))
+        model = Model(tokens, out)
+        model.compile(loss='categorical_crossentropy', optimizer=Adam(lr=0.01))
+        x = rng.randint(0, 10, (n, 6)).astype('int32')
+        y = np.eye(3)[rng.randint(0, 3, n)].astype('float32')
     else:
         raise SystemExit('unknown model %r' % name)
     model.set_weights([(rng.randn(*w.shape) * 0.3).astype('float32')

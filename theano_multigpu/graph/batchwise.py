@@ -160,8 +160,9 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
     if not batch_inputs:
         return list(outputs), list(updates)
     state_reads = _state_reads(frontier, state_ids)
-    whole, synced = find_rows_meeting(batch_inputs + state_reads, frontier,
-                                      describe or (lambda node: (None, False)), sync_batchnorm)
+    whole, synced, checks = find_rows_meeting(batch_inputs + state_reads, frontier,
+                                              describe or (lambda node: (None, False)),
+                                              sync_batchnorm)
     batch_size = batch_inputs[0].shape[0]
     contexts = [mesh.graph_name(name) for name in mesh.names] or [HOST]
     replaces = [_replica_replacements(frontier, inputs, context, bounds,
@@ -170,7 +171,8 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
                                            gather.replica_bounds(batch_size, len(contexts)))]
     for node in synced:   # in graph order: a later one reads an earlier one's output
         _synchronise_batchnorm(node, mesh, contexts, replaces, gather, batch_size)
-    per_replica = [theano.clone(frontier, replace=replace, strict=False) for replace in replaces]
+    computed = _checked(frontier, checks)
+    per_replica = [theano.clone(computed, replace=replace, strict=False) for replace in replaces]
     joined_here = [_join_on_master(mesh, contexts, [replica[k] for replica in per_replica])
                    for k in range(len(frontier))]
     gathered = dict(zip(frontier, gather.join(joined_here, batch_size)))
@@ -180,6 +182,17 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
     new_outputs = new_roots[:len(outputs)]
     new_updates = [(var, new) for (var, _), new in zip(updates, new_roots[len(outputs):])]
     return new_outputs, new_updates
+
+
+def _checked(frontier, checks):
+    """``frontier``, its first tensor asserting the shape conditions the
+    split is exact under (each replica asserts them on its rows)."""
+    if not checks:
+        return list(frontier)
+    first = frontier[0]
+    for condition, message in checks:
+        first = Assert(message)(first, condition)
+    return [first] + list(frontier[1:])
 
 
 def _synchronise_batchnorm(node, mesh, contexts, replaces, gather, batch_size):

@@ -1,0 +1,118 @@
+"""Child script: the batch-wise row analysis of Keras 1.2.2's layers and of
+Lambdas that make the rows meet, without compiling anything.
+
+    python row_analysis.py
+
+Prints one JSON object: for each model, either {"whole": n, "synced": n,
+"checks": n} (the analysis accepts it: whole-batch operands, synchronised
+batch normalisations, shape conditions checked as it runs) or
+{"refused": message}.
+"""
+import json
+
+import keras.backend as K
+import theano
+import theano.tensor as T
+from keras.layers import (ELU, GRU, LSTM, SReLU, Activation, ActivityRegularization,
+                          AtrousConvolution1D, AtrousConvolution2D, AveragePooling1D,
+                          AveragePooling2D, AveragePooling3D, BatchNormalization,
+                          Bidirectional, ConvLSTM2D, Convolution1D, Convolution2D,
+                          Convolution3D, Cropping1D, Cropping2D, Cropping3D, Deconvolution2D,
+                          Dense, Dropout, Embedding, Flatten, GaussianDropout, GaussianNoise,
+                          GlobalAveragePooling2D, GlobalAveragePooling3D, GlobalMaxPooling1D,
+                          Highway, Input, Lambda, LeakyReLU, LocallyConnected1D,
+                          LocallyConnected2D, Masking, MaxoutDense, MaxPooling1D,
+                          MaxPooling2D, MaxPooling3D, ParametricSoftplus, Permute, PReLU,
+                          RepeatVector, Reshape, SimpleRNN, ThresholdedReLU, TimeDistributed,
+                          UpSampling1D, UpSampling2D, UpSampling3D, ZeroPadding1D,
+                          ZeroPadding2D, ZeroPadding3D, merge)
+from keras.models import Model, Sequential
+
+from theano_multigpu.errors import RowsMeetError
+from theano_multigpu.graph.rows import find_rows_meeting
+from theano_multigpu.keras_adapter import keras_graph
+
+TH = {'dim_ordering': 'th'}
+
+
+def layer_models():
+    """Models that together use every layer class keras.layers exports in
+    1.2.2 that the Theano backend builds (SeparableConvolution2D is
+    TensorFlow's alone)."""
+    yield 'dense', Sequential([
+        Dense(4, input_dim=6), Activation('softmax'), Dropout(0.2), GaussianNoise(0.1),
+        GaussianDropout(0.1), ActivityRegularization(0.1), LeakyReLU(), PReLU(), ELU(),
+        ParametricSoftplus(), ThresholdedReLU(), SReLU(), Highway(), MaxoutDense(3),
+        RepeatVector(3), Permute((2, 1)), Reshape((-1,)), Reshape((3, 3)), Flatten()])
+    yield 'conv2d', Sequential([
+        ZeroPadding2D(input_shape=(2, 8, 8), **TH), Convolution2D(3, 3, 3, **TH),
+        AtrousConvolution2D(2, 3, 3, atrous_rate=(2, 2), border_mode='same', **TH),
+        MaxPooling2D(**TH), UpSampling2D(**TH), AveragePooling2D(**TH),
+        Cropping2D(((1, 1), (1, 1)), **TH), BatchNormalization(axis=1),
+        LocallyConnected2D(2, 2, 2, **TH), GlobalAveragePooling2D(**TH)])
+    yield 'conv1d', Sequential([
+        Embedding(10, 4, input_length=16), ZeroPadding1D(), Convolution1D(3, 3),
+        AtrousConvolution1D(3, 3), MaxPooling1D(), UpSampling1D(), AveragePooling1D(),
+        Cropping1D((1, 1)), LocallyConnected1D(2, 2), GlobalMaxPooling1D()])
+    yield 'conv3d', Sequential([
+        ZeroPadding3D(input_shape=(1, 4, 4, 4), **TH), Convolution3D(2, 2, 2, 2, **TH),
+        MaxPooling3D(**TH), UpSampling3D(**TH), AveragePooling3D(pool_size=(1, 1, 1), **TH),
+        Cropping3D(**TH), GlobalAveragePooling3D(**TH)])
+    yield 'deconv', Sequential([Deconvolution2D(2, 3, 3, output_shape=(None, 2, 10, 10),
+                                                input_shape=(1, 8, 8), **TH)])
+    yield 'recurrent', Sequential([
+        Masking(input_shape=(5, 3)), SimpleRNN(4, return_sequences=True),
+        GRU(4, return_sequences=True, go_backwards=True),
+        LSTM(4, return_sequences=True, dropout_W=0.1, dropout_U=0.1),
+        TimeDistributed(Dense(3)), Bidirectional(LSTM(2))])
+    yield 'stateful', Sequential([
+        LSTM(4, batch_input_shape=(4, 5, 3), return_sequences=True, stateful=True),
+        TimeDistributed(Dense(3))])
+    yield 'convlstm', Sequential([ConvLSTM2D(2, 3, 3, input_shape=(3, 1, 6, 6),
+                                             border_mode='same', **TH)])
+    a, b = Input((4,)), Input((4,))
+    merged = [merge([a, b], mode=mode) for mode in ('sum', 'mul', 'concat', 'ave', 'max',
+                                                    'cos', 'dot')]
+    merged.append(merge([a, b], mode=lambda t: t[0] - t[1], output_shape=(4,)))
+    yield 'merge', Model([a, b], merged)
+
+
+# Lambdas: {name: code of x} whose ops make the rows meet, or that no rule
+# knows, or ('moved') whose rows stay apart only for shapes the run tells.
+LAMBDAS = {
+    'regrouped': 'K.reshape(x, (2, -1))',
+    'moved': 'K.reshape(K.permute_dimensions(x, (1, 0)), (-1, 4))',
+    'positions': "x * K.cast(K.arange(K.shape(x)[0]), 'float32').dimshuffle(0, 'x')",
+    'looped': 'theano.scan(lambda r: r * 2, sequences=x)[0]',
+    'unknown': 'T.extra_ops.diff(x, axis=1)',
+    'transposed': 'K.transpose(x)',
+}
+
+
+def lambda_models():
+    for name, code in sorted(LAMBDAS.items()):
+        yield name, Sequential([Dense(4, input_dim=3),
+                                Lambda(eval('lambda x: ' + code), output_shape=lambda s: s,
+                                       name=name)])
+
+
+def analyse(model):
+    outputs = model.outputs
+    try:
+        whole, synced, checks = find_rows_meeting(
+            list(model.inputs) + keras_graph.row_states(outputs), outputs,
+            keras_graph.node_describer(outputs))
+    except RowsMeetError as error:
+        return {'refused': str(error)}
+    return {'whole': len(whole), 'synced': len(synced), 'checks': len(checks)}
+
+
+def main():
+    assert K and T and theano   # the Lambdas' code reads them
+    found = dict((name, analyse(model)) for models in (layer_models, lambda_models)
+                 for name, model in models())
+    print(json.dumps(found))
+
+
+if __name__ == '__main__':
+    main()

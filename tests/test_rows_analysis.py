@@ -1,0 +1,71 @@
+"""The batch-wise row analysis over Keras 1.2.2's layers, without compiling:
+every layer class the Theano backend builds is accepted (its graph keeps
+the batch's rows apart, or meets them only where the split makes it exact),
+and Lambdas that regroup, count or loop over the rows, return them off the
+first axis, or use an op no rule knows, are refused with the op, the layer
+and why.
+
+What the accepted graphs compute on several contexts is compared with one
+context in test_batchwise.py (the 'zoo' model uses the rules added here).
+"""
+import json
+import os
+
+import pytest
+
+from conftest import CHILDREN, run_python
+
+
+@pytest.fixture(scope='module')
+def analysed(tmp_path_factory):
+    home = tmp_path_factory.mktemp('rows_analysis')
+    result = run_python(home, flags='device=cpu',
+                        args=[os.path.join(CHILDREN, 'row_analysis.py')], timeout=600)
+    return json.loads(result.stdout.strip().split('\n')[-1])
+
+
+LAYER_MODELS = ['dense', 'conv2d', 'conv1d', 'conv3d', 'deconv', 'recurrent', 'stateful',
+                'convlstm', 'merge']
+
+
+@pytest.mark.parametrize('name', LAYER_MODELS)
+def test_every_keras_layer_is_accepted(analysed, name):
+    assert 'refused' not in analysed[name], analysed[name]
+
+
+def test_what_the_split_needs_is_found(analysed):
+    """Noise and dropout masks of the batch's shape are whole-batch draws
+    (GaussianNoise, GaussianDropout and Dropout; the recurrent layers'
+    dropout_W and dropout_U masks); BatchNormalization is synchronised;
+    LocallyConnected's reshapes are checked as they run."""
+    assert analysed['dense']['whole'] == 3
+    assert analysed['recurrent']['whole'] > 0
+    assert analysed['conv2d']['synced'] == 1
+    assert analysed['conv2d']['checks'] > 0 and analysed['conv1d']['checks'] > 0
+    for name in ('conv3d', 'deconv', 'stateful', 'convlstm', 'merge'):
+        assert analysed[name] == {'whole': 0, 'synced': 0, 'checks': 0}, name
+
+
+REFUSED = {
+    'regrouped': ('Reshape{2}', "reshapes the batch's rows across other axes"),
+    'positions': ('Elemwise{mul,no_inplace}',
+                  'meets the rows with a tensor made from their count'),
+    'looped': ('Subtensor{int64::}', "indexes along the batch's rows"),
+    'unknown': ('DiffOp{n=1, axis=1}', 'is an op theano_multigpu has no rule for'),
+    # A layer's output is joined from the replicas' pieces along axis 0.
+    'transposed': ('InplaceDimShuffle{1,0}', "returns a tensor that does not hold the "
+                   "batch's rows on its first axis (they are on axis 1)"),
+}
+
+
+@pytest.mark.parametrize('name', sorted(REFUSED))
+def test_lambdas_where_rows_meet_are_refused(analysed, name):
+    op, why = REFUSED[name]
+    message = analysed[name].get('refused', '')
+    assert "but %s in layer '%s' %s" % (op, name, why) in message, analysed[name]
+
+
+def test_a_reshape_only_the_run_can_judge_is_checked(analysed):
+    """K.reshape of rows moved off axis 0: whether each row keeps a block
+    of its own depends on a size Theano cannot tell before the run."""
+    assert analysed['moved'] == {'whole': 0, 'synced': 0, 'checks': 1}
