@@ -209,7 +209,7 @@ def test_report_shows_each_context_share_ops_and_bytes(home):
     the dot products on both, all weights resident on the master, and the
     bytes moved measured: dev1 receives the weights, its 5 input rows and the
     gradient of its 5 output rows, and sends back as many gradient and
-    output bytes."""
+    output bytes; then which layers ran where."""
     script = home / 'train.py'
     script.write_text(textwrap.dedent('''
         import numpy as np
@@ -235,3 +235,7 @@ def test_report_shows_each_context_share_ops_and_bytes(home):
     for row in rows.values():
         assert 'GpuDot22' in row and 'GpuSoftmaxWithBias x1' in row
     assert rows['dev1'].split()[5:7] == ['0', 'B']   # nothing resident on a replica
+    where = report.splitlines()[4:6]
+    assert where == ["  layers computed on each context's rows (dev0, dev1): dense_1, dense_2",
+                     '  on the master (dev0), over the whole batch: the loss, metrics and '
+                     'updates'], where

@@ -28,7 +28,7 @@ from .gradients import real_gradients, stand_ins_in
 from .rows import find_rows_meeting, slice_bounds
 from .transfer import HOST, on_context
 
-__all__ = ['LocalGather', 'find_frontier', 'rewrite', 'SplitFunction']
+__all__ = ['LocalGather', 'find_frontier', 'rewrite', 'Split', 'SplitFunction']
 
 
 class LocalGather(object):
@@ -125,7 +125,9 @@ def _replica_replacements(frontier, inputs, context, bounds, whole, batch_size):
 
 def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, describe=None,
             row_states=(), sync_batchnorm=True):
-    """(outputs, updates) of the batch-wise function for ``mesh``.
+    """(outputs, updates, split) of the batch-wise function for ``mesh``;
+    ``split`` (a Split) says which layers each replica computes and what
+    runs on the master, for the placement report.
 
     ``inputs`` are the function's inputs; ``updates`` a list of pairs;
     ``is_layer_output(variable)`` tells the layer outputs; ``gather``
@@ -153,15 +155,15 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
         if stand_ins:
             raise RuntimeError('K.gradients was called on a graph with no Keras '
                                'layer output; batch-wise mode cannot split it')
-        return list(outputs), list(updates)
+        return list(outputs), list(updates), Split([], [])
 
     input_ids = set(id(v) for v in inputs)
     batch_inputs = [v for v in gof.graph.inputs(frontier) if id(v) in input_ids and v.ndim >= 1]
     if not batch_inputs:
-        return list(outputs), list(updates)
+        return list(outputs), list(updates), Split([], [])
     state_reads = _state_reads(frontier, state_ids)
-    whole, synced, checks = find_rows_meeting(batch_inputs + state_reads, frontier,
-                                              describe or (lambda node: (None, False)),
+    describe = describe or (lambda node: (None, False))
+    whole, synced, checks = find_rows_meeting(batch_inputs + state_reads, frontier, describe,
                                               sync_batchnorm)
     batch_size = batch_inputs[0].shape[0]
     contexts = [mesh.graph_name(name) for name in mesh.names] or [HOST]
@@ -181,7 +183,40 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
     new_roots = theano.clone(roots, replace=gathered, strict=False)
     new_outputs = new_roots[:len(outputs)]
     new_updates = [(var, new) for (var, _), new in zip(updates, new_roots[len(outputs):])]
-    return new_outputs, new_updates
+    split = Split(_names(describe(node)[0] for node in _reading(batch_inputs + state_reads,
+                                                                frontier)),
+                  _names(describe(node)[0] for node in synced))
+    return new_outputs, new_updates, split
+
+
+def _reading(inputs, outputs):
+    """The nodes between ``inputs`` and ``outputs`` that read the inputs,
+    in graph order."""
+    reached = set(id(v) for v in inputs)
+    nodes = []
+    for node in gof.graph.io_toposort(gof.graph.inputs(outputs), outputs):
+        if any(id(v) in reached for v in node.inputs):
+            nodes.append(node)
+            reached.update(id(v) for v in node.outputs)
+    return nodes
+
+
+class Split(object):
+    """What a batch-wise function computes where: ``layers``, the layers
+    each replica computes on its rows; ``synchronised``, the layers whose
+    statistics the master computes from the whole batch."""
+
+    def __init__(self, layers, synchronised):
+        self.layers, self.synchronised = layers, synchronised
+
+
+def _names(names):
+    """The names, each once, in order, without None."""
+    found = []
+    for name in names:
+        if name is not None and name not in found:
+            found.append(name)
+    return found
 
 
 def _checked(frontier, checks):

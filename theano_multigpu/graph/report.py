@@ -67,11 +67,12 @@ class FirstCallReport(object):
     """A Keras backend Function that prints its placement report after its
     first call, when the batch size and the bytes moved are known."""
 
-    def __init__(self, keras_function, mesh, title, stream=None):
+    def __init__(self, keras_function, mesh, title, stream=None, split=None):
         self._keras_function = keras_function
         self._mesh = mesh
         self._title = title
         self._stream = stream
+        self._split = split
         self._reported = False
 
     def __call__(self, inputs):
@@ -83,7 +84,7 @@ class FirstCallReport(object):
         batch_rows = len(inputs[0]) if inputs and getattr(inputs[0], 'ndim', 0) else 0
         moved = {key: n - before.get(key, 0) for key, n in transfer.bytes_moved.items()}
         text = report(self._keras_function.function, self._mesh, self._title,
-                      batch_rows, moved)
+                      batch_rows, moved, self._split)
         (self._stream or sys.stderr).write(text + '\n')
         return outputs
 
@@ -91,9 +92,10 @@ class FirstCallReport(object):
         return getattr(self._keras_function, name)
 
 
-def report(theano_function, mesh, title, batch_rows, moved):
+def report(theano_function, mesh, title, batch_rows, moved, split=None):
     """The placement report of a compiled function after a call with
-    ``batch_rows`` rows that moved ``moved`` ({(source, dest): bytes})."""
+    ``batch_rows`` rows that moved ``moved`` ({(source, dest): bytes});
+    ``split`` (batch-wise): which layers ran where."""
     if mesh.mode == 'layer':
         return format_report('%s (* master; activations estimated for the plan\'s '
                              'batch; bytes moved by this call)' % title,
@@ -114,7 +116,20 @@ def report(theano_function, mesh, title, batch_rows, moved):
             'moved_in': sum(n for (s, d), n in moved.items() if d in graph_names),
             'moved_out': sum(n for (s, d), n in moved.items() if s in graph_names),
         })
-    return format_report('%s (* master; bytes moved by this call)' % title, rows)
+    text = format_report('%s (* master; bytes moved by this call)' % title, rows)
+    return text + ('\n' + _split_lines(split, mesh) if split is not None else '')
+
+
+def _split_lines(split, mesh):
+    """Which layers ran where, under the batch-wise table."""
+    contexts = ', '.join(mesh.names) or HOST
+    lines = ['  layers computed on each context\'s rows (%s): %s'
+             % (contexts, ', '.join(split.layers) or '-'),
+             '  on the master (%s), over the whole batch: the loss, metrics and updates'
+             % (mesh.master or HOST)]
+    if split.synchronised:
+        lines[-1] += ', and the statistics of %s' % ', '.join(split.synchronised)
+    return '\n'.join(lines)
 
 
 def _layer_rows(theano_function, mesh, moved):

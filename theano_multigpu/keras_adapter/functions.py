@@ -105,24 +105,24 @@ def _compile_batchwise(keras_function, inputs, outputs, updates, kwargs, mesh, t
     describe = keras_graph.node_describer(
         roots + [s.tag.multigpu_gradient.loss for s in stand_ins_in(roots)])
     import theano
-    outputs, updates = batchwise.rewrite(inputs, outputs, updates, mesh,
-                                         keras_graph.is_layer_output, _gather(ranks, idle),
-                                         describe, keras_graph.row_states(roots),
-                                         theano.config.multigpu.batchnorm == 'sync')
+    outputs, updates, split = batchwise.rewrite(
+        inputs, outputs, updates, mesh, keras_graph.is_layer_output, _gather(ranks, idle),
+        describe, keras_graph.row_states(roots), theano.config.multigpu.batchnorm == 'sync')
     compiled = keras_function(inputs, outputs, updates=updates, **kwargs)
     if len(mesh.names) < len(mesh_module.current().names):
         title += ' (for batches of %d row(s): on %s)' % (len(mesh.names), ', '.join(mesh.names))
-    return _checked(compiled, mesh, title)
+    return _checked(compiled, mesh, title, split)
 
 
-def _checked(compiled, mesh, title):
+def _checked(compiled, mesh, title, split=None):
     """``compiled`` (a Keras Function) with its placement checked, and
-    reported at its first call if multigpu.report is set."""
+    reported at its first call if multigpu.report is set (``split``: what
+    a batch-wise function computes where)."""
     import theano
     from ..graph import placement, report
     placement.check(compiled.function, mesh, theano.config.multigpu.check, title)
     if theano.config.multigpu.report:
-        compiled = report.FirstCallReport(compiled, mesh, title)
+        compiled = report.FirstCallReport(compiled, mesh, title, split=split)
     return compiled
 
 
