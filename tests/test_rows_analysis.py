@@ -1,9 +1,9 @@
 """The batch-wise row analysis over Keras 1.2.2's layers, without compiling:
 every layer class the Theano backend builds is accepted (its graph keeps
 the batch's rows apart, or meets them only where the split makes it exact),
-and Lambdas that regroup, count or loop over the rows, return them off the
-first axis, or use an op no rule knows, are refused with the op, the layer
-and why.
+and Lambdas that regroup, count or loop over the rows, read a whole-batch
+tensor other than row by row, return the rows off the first axis, or use an
+op no rule knows, are refused with the op, the layer and why.
 
 What the accepted graphs compute on several contexts is compared with one
 context in test_batchwise.py (the 'zoo' model uses the rules added here).
@@ -48,8 +48,10 @@ def test_what_the_split_needs_is_found(analysed):
 
 REFUSED = {
     'regrouped': ('Reshape{2}', "reshapes the batch's rows across other axes"),
-    'positions': ('Elemwise{mul,no_inplace}',
-                  'meets the rows with a tensor made from their count'),
+    'counted': ('Subtensor{::, int64::}', 'uses K.shape(x)[0], the number of rows, as a number'),
+    # A draw's mean is the whole batch's on one device, a slice's on a replica.
+    'rescaled': ('Elemwise{true_div,no_inplace}', "meets the rows with a tensor made from "
+                 "the whole batch's shape (a count, range or draw of it) other than row by row"),
     'looped': ('Subtensor{int64::}', "indexes along the batch's rows"),
     'unknown': ('DiffOp{n=1, axis=1}', 'is an op theano_multigpu has no rule for'),
     # A layer's output is joined from the replicas' pieces along axis 0.
@@ -63,6 +65,12 @@ def test_lambdas_where_rows_meet_are_refused(analysed, name):
     op, why = REFUSED[name]
     message = analysed[name].get('refused', '')
     assert "but %s in layer '%s' %s" % (op, name, why) in message, analysed[name]
+
+
+def test_a_range_of_the_rows_is_read_row_by_row(analysed):
+    """K.arange(K.shape(x)[0]) meeting the rows elementwise: each replica
+    takes its rows of the whole batch's range, as it does of a draw."""
+    assert analysed['positions'] == {'whole': 1, 'synced': 0, 'checks': 0}
 
 
 def test_a_reshape_only_the_run_can_judge_is_checked(analysed):

@@ -78,11 +78,14 @@ def layer_models():
 
 
 # Lambdas: {name: code of x} whose ops make the rows meet, or that no rule
-# knows, or ('moved') whose rows stay apart only for shapes the run tells.
+# knows; or ('moved') whose rows stay apart only for shapes the run tells;
+# or ('positions') that meet a tensor made for the whole batch row by row.
 LAMBDAS = {
     'regrouped': 'K.reshape(x, (2, -1))',
     'moved': 'K.reshape(K.permute_dimensions(x, (1, 0)), (-1, 4))',
     'positions': "x * K.cast(K.arange(K.shape(x)[0]), 'float32').dimshuffle(0, 'x')",
+    'counted': 'x[:, K.shape(x)[0] % 2:]',
+    'rescaled': '(lambda m: x * m / K.mean(m))(K.random_binomial(K.shape(x), p=0.5))',
     'looped': 'theano.scan(lambda r: r * 2, sequences=x)[0]',
     'unknown': 'T.extra_ops.diff(x, axis=1)',
     'transposed': 'K.transpose(x)',

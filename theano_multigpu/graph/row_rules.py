@@ -89,7 +89,9 @@ def node_facts(node, ins, per_slice, walk):
     ``walk(inputs, facts, outputs)`` checks an inner graph (a Scan's) and
     returns (its outputs' facts, whole-batch operands, synced nodes)."""
     if is_random_draw(node):
-        return [Facts(), Facts(random=True)], []
+        # Of the batch's shape (its size counts the rows) or not.
+        sized = any(f.involved for f in ins)
+        return [Facts(), Facts(random=True, sized=sized)], []
     if any(f.count is not None for f in ins) and not any(f.rows is not None for f in ins):
         counted = _count_rule(node, ins)
         if counted is not None:
@@ -98,9 +100,34 @@ def node_facts(node, ins, per_slice, walk):
         return _unsplit(node, ins, per_slice)
     for kinds, rule in _RULES:
         if isinstance(node.op, kinds):
-            return rule(node, ins, per_slice, walk)
+            outs, found = rule(node, ins, per_slice, walk)
+            if isinstance(found, str) or per_slice:
+                return outs, found
+            counted = _counted_operand(node, ins, found)
+            return ([], counted) if counted else (outs, found)
     return [], ('is an op theano_multigpu has no rule for, so it cannot tell whether the '
                 'op keeps the batch\'s rows apart')
+
+
+def _counted_operand(node, ins, whole):
+    """Why ``node`` would differ on a replica through an operand made from
+    the rows' count (a replica counts its own rows), or None.  Operands
+    each replica takes its rows of (``whole``), and the shapes a reshape
+    or an allocation judges itself, are fine."""
+    from theano import tensor
+    from theano.compile.ops import SpecifyShape
+    from theano.tensor.opt import Assert
+    sliced = set(id(item[0]) for item in whole if not isinstance(item, Check))
+    shapes_judged = isinstance(node.op, (tensor.Reshape, tensor.Alloc, SpecifyShape, Assert))
+    for k, (variable, facts) in enumerate(zip(node.inputs, ins)):
+        if facts.rows is not None or id(variable) in sliced or (shapes_judged and k > 0):
+            continue
+        if _depends(facts.count):
+            return 'uses K.shape(x)[0], the number of rows, as a number'
+        if facts.sized:
+            return ('meets the rows with a tensor made from the whole batch\'s shape (a '
+                    'count, range or draw of it) other than row by row')
+    return None
 
 
 def _data(node, ins, rows):
@@ -184,7 +211,11 @@ def _combine(scalar_op, degrees, scalar):
         return None
     if isinstance(scalar_op, scalar.Mul):
         return sum(degrees)
-    if isinstance(scalar_op, (scalar.IntDiv, scalar.TrueDiv)) and len(degrees) == 2:
+    if isinstance(scalar_op, scalar.IntDiv) and len(degrees) == 2:
+        # prod(x.shape) // x.shape[0] counts no rows; x.shape[0] // 2 is no
+        # multiple of them.
+        return 0 if degrees[0] == degrees[1] else None
+    if isinstance(scalar_op, scalar.TrueDiv) and len(degrees) == 2:
         return degrees[0] - degrees[1]
     if isinstance(scalar_op, (scalar.Add, scalar.Sub, scalar.Maximum, scalar.Minimum,
                               scalar.Neg, scalar.Identity, scalar.Cast)):
@@ -207,13 +238,10 @@ def _unsplit(node, ins, per_slice):
         if any(d != 0 for d in degrees):
             return [Facts(sized=True, random=random)], []
         return [Facts(random=random, sized=any(f.sized for f in ins))], []
-    counts = [f for f in ins if _depends(f.count)]
-    if random:
-        # The inner steps of a draw whose shape counts the rows (MRG's
-        # normal): the draw is the whole batch's, each replica its rows.
-        return [Facts(random=True) for _ in node.outputs], []
-    sized = bool(counts) or any(f.sized for f in ins)
-    return [Facts(sized=sized) for _ in node.outputs], []
+    sized = any(_depends(f.count) or f.sized for f in ins)
+    # (Random: e.g. the inner steps of MRG's normal, of the batch's shape
+    # when ``sized``: one draw for the whole batch, each replica its rows.)
+    return [Facts(random=random, sized=sized) for _ in node.outputs], []
 
 
 # -- ops the rows reach --------------------------------------------------------
@@ -222,21 +250,14 @@ def _split(ins):
     return [f.rows for f in ins if f.rows is not None]
 
 
-def _refuse_sized(ins, node):
-    if any(f.sized for f in ins):
-        return [], 'meets the rows with a tensor made from their count'
-    if any(_depends(f.count) for f in ins) and node.outputs[0].dtype.startswith('float'):
-        return [], 'uses K.shape(x)[0], the number of rows, as a number'
-    return None
-
-
 def _whole_operands(node, ins, rows, operands, ndim=None):
-    """Operands made for the whole batch (not from the rows) that meet the
-    rows elementwise: each replica reads its rows of them."""
+    """Operands made for the whole batch (not from the rows: a random draw,
+    a constant, ``arange`` of the rows' count) that meet the rows
+    elementwise: each replica reads its rows of them."""
     ndim = node.outputs[0].ndim if ndim is None else ndim
     return [(v, rows) for v, f in operands
-            if f.rows is None and v.ndim == ndim
-            and not v.broadcastable[rows] and not f.count and not f.sized]
+            if f.rows is None and v.ndim == ndim and not v.broadcastable[rows]
+            and not f.count]
 
 
 def _shape_rule(node, ins, per_slice, walk):
@@ -249,9 +270,6 @@ def _shape_rule(node, ins, per_slice, walk):
 
 
 def _elemwise_rule(node, ins, per_slice, walk):
-    refused = None if per_slice else _refuse_sized(ins, node)
-    if refused:
-        return refused
     rows = _split(ins)
     if len(set(rows)) > 1:
         return [], 'pairs rows held on different axes'
@@ -400,7 +418,8 @@ def _inc_subtensor_rule(node, ins, per_slice, walk):
         return [], 'pairs rows held on different axes'
     whole = []
     if y.rows is None and expected >= 0:
-        whole = _whole_operands(node, ins, expected, [(node.inputs[1], y)], ndim=indexed)
+        whole = _whole_operands(node, ins, expected, [(node.inputs[1], y)],
+                                ndim=node.inputs[1].ndim)
     outs, _ = _data(node, ins, x.rows)
     return outs, whole
 

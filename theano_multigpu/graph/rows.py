@@ -86,7 +86,9 @@ def _walk(inputs, input_facts, outputs, describe, sync_batchnorm):
             return found[0]
         return found
 
-    for node in gof.graph.io_toposort(gof.graph.inputs(outputs), outputs):
+    nodes = gof.graph.io_toposort(gof.graph.inputs(outputs), outputs)
+    met_at = {}   # a whole-batch tensor's id: the nodes that read it row by row
+    for node in nodes:
         ins = [of(v) for v in node.inputs]
         if not any(f.involved for f in ins) and not is_random_draw(node):
             continue
@@ -104,8 +106,18 @@ def _walk(inputs, input_facts, outputs, describe, sync_batchnorm):
         if isinstance(found, str):
             return found, node, layer
         whole += [(f, node, layer) if isinstance(f, Check) else f for f in found]
+        for f in found:
+            if not isinstance(f, Check):
+                met_at.setdefault(id(f[0]), set()).add(id(node))
         for variable, fact in zip(node.outputs, outs):
             facts[id(variable)] = fact
+    # Each replica reads its rows of a whole-batch tensor wherever the
+    # replica's graph reads it: only where the rows meet it row by row.
+    for node in nodes:
+        if any(id(v) in met_at and id(node) not in met_at[id(v)] for v in node.inputs):
+            return ('reads a tensor made for the whole batch (a random draw, a constant or '
+                    'a range of the batch\'s shape) whole, where elsewhere the rows meet it '
+                    'row by row', node, describe(node)[0])
     return [of(v) for v in outputs], whole, synced
 
 
