@@ -222,6 +222,52 @@ def test_sums_on_pocl_use_small_work_groups_and_stay_exact(home, config):
     assert out['error'] < 1e-5
 
 
+@needs_pocl
+def test_a_kernel_that_fails_to_build_is_an_error_not_a_crash(home, config):
+    """A scalar op whose C code calls a function no compiler knows: its GPU
+    kernel fails to build, and compiling raises KernelBuildError naming
+    the op, the context, its device and the compiler's complaint; the
+    process carries on (Theano freed a NULL kernel handle and died).  And
+    maximum and minimum, whose kernels OpenCL refused (nan("")), build and
+    propagate NaN as numpy does."""
+    out = run(home, config, flags='device=opencl0:0', code='''
+        import theano, theano.tensor as T
+        from theano import scalar
+        from theano_multigpu.errors import KernelBuildError
+
+        class Broken(scalar.UnaryScalarOp):
+            def impl(self, x):
+                return x
+
+            def c_code(self, node, name, inputs, outputs, sub):
+                return '%s = no_such_function(%s);' % (outputs[0], inputs[0])
+
+            def c_code_cache_version(self):
+                return (1,)
+
+        x, y = T.fmatrix(), T.fmatrix()
+        broken = T.elemwise.Elemwise(Broken(scalar.upgrade_to_float, name='broken'))
+        try:
+            theano.function([x], broken(x * 2) + 1)
+            error = None
+        except KernelBuildError as caught:
+            error = str(caught)
+        f = theano.function([x, y], [T.maximum(x, y), T.minimum(x, y)])
+        a = np.array([[1, np.nan, 3]], 'float32')
+        b = np.array([[2, 0, np.nan]], 'float32')
+        got = f(a, b)
+        same = all(np.array_equal(g, e, equal_nan=True)
+                   for g, e in zip(got, [np.maximum(a, b), np.minimum(a, b)]))
+        report(error=error, same=same, gpu=[type(n.op).__name__ for n in f.maker.fgraph.toposort()])
+    ''')
+    error = out['error']
+    assert error is not None and error.startswith('the GPU kernel of GpuElemwise{'), error
+    assert 'broken(' in error.split(' failed to build')[0], error
+    assert 'failed to build on context None (the default context) (pthread' in error, error
+    assert "use of undeclared identifier 'no_such_function'" in error, error
+    assert out['same'] and 'GpuElemwise' in out['gpu'], out
+
+
 # 4. h5py 3: weights and models round trip, old files load ---------------
 
 def test_save_weights_load_weights_round_trip(home, config):

@@ -1,7 +1,7 @@
 """The exceptions theano_multigpu raises."""
 
 __all__ = ['ConfigurationError', 'PlacementError', 'PlanError', 'PatchTargetError',
-           'RowsMeetError']
+           'RowsMeetError', 'KernelBuildError']
 
 
 class ConfigurationError(ValueError):
@@ -29,3 +29,18 @@ class RowsMeetError(ValueError):
     """Batch-wise mode cannot split a graph whose rows meet before the loss
     (a reduction over the batch, a product over it, ...): the message names
     the op and its layer."""
+
+
+class KernelBuildError(RuntimeError):
+    """A GPU kernel of a compiled function does not build on its device:
+    the message names the op, the context and device, and the first lines
+    of the compiler's log."""
+
+    def __init__(self, message):
+        super(KernelBuildError, self).__init__(message)
+        self.message = message
+
+    def __str__(self):
+        # Theano adds the node it was compiling to ``args``; the message
+        # names it already.
+        return self.message

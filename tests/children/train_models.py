@@ -147,6 +147,32 @@ def build(name, rng, n):
         model.compile(loss='categorical_crossentropy', optimizer=Adam(lr=0.01))
         x = rng.randint(0, 10, (n, 6)).astype('int32')
         y = np.eye(3)[rng.randint(0, 3, n)].astype('float32')
+    elif name == 'siamese':
+        # Keras's examples/mnist_siamese_graph.py in small: one network
+        # applied to both inputs, a Lambda of their Euclidean distance
+        # (K.sqrt, K.maximum, K.epsilon), the contrastive loss.
+        import keras.backend as K
+        from keras.layers import Lambda
+        base = Sequential([Dense(8, input_dim=6, activation='relu'), Dropout(0.1),
+                           Dense(8, activation='relu')])
+        a, b = Input(shape=(6,)), Input(shape=(6,))
+
+        def distance(vectors):
+            u, v = vectors
+            return K.sqrt(K.maximum(K.sum(K.square(u - v), axis=1, keepdims=True),
+                                    K.epsilon()))
+
+        def contrastive_loss(y_true, y_pred):
+            return K.mean(y_true * K.square(y_pred)
+                          + (1 - y_true) * K.square(K.maximum(1 - y_pred, 0)))
+
+        model = Model([a, b], Lambda(distance, output_shape=lambda s: (s[0][0], 1))(
+            [base(a), base(b)]))
+        # (The example's RMSprop would scale a dead unit's float noise to
+        # whole steps, as Adam does in cnn_bn: SGD compares the numbers.)
+        model.compile(loss=contrastive_loss, optimizer=SGD(lr=0.05, momentum=0.9))
+        x = [rng.rand(n, 6).astype('float32'), rng.rand(n, 6).astype('float32')]
+        y = rng.randint(0, 2, (n, 1)).astype('float32')
     else:
         raise SystemExit('unknown model %r' % name)
     model.set_weights([(rng.randn(*w.shape) * 0.3).astype('float32')

@@ -1,9 +1,10 @@
 """Compatibility patches: Theano 1.0.5 and Keras 1.0.1 to 1.2.2 on Python
 3.11 and today's packages (``python_fixes``, ``theano_fixes``,
-``keras_fixes``), and Theano's gpuarray backend with several contexts
-(``gpuarray_fixes``, installed once contexts are registered).
+``keras_fixes``), GPU kernels that fail to build (``kernel_builds``), and
+Theano's gpuarray backend with several contexts (``gpuarray_fixes``,
+installed once contexts are registered).
 
-Importing this package installs the first three; it edits no installed
+Importing this package installs the first four; it edits no installed
 file.  Each fix acts when its module is first imported (see
 ``theano_multigpu.importhook``), so installing costs almost nothing, and
 each checks its target first (``theano_multigpu.patch_targets``).  Plain
@@ -14,7 +15,7 @@ Graph rewrites of the package are registered through ``optimizers``.
 May import: ``theano_multigpu.config`` and the base modules (``errors``,
 ``importhook``, ``patch_targets``).
 """
-from . import keras_fixes, python_fixes, theano_fixes
+from . import kernel_builds, keras_fixes, python_fixes, theano_fixes
 
 __all__ = ['install']
 
@@ -28,6 +29,7 @@ def install():
         return
     python_fixes.install()
     theano_fixes.install()
+    kernel_builds.install()
     keras_fixes.install()
     _installed = True
 

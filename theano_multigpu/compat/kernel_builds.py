@@ -1,0 +1,200 @@
+"""GPU kernels that fail to build: a Python exception that says why, never a
+crash; and the kernels of Theano 1.0.5 that OpenCL C refused.
+
+When a kernel failed to build, Theano's GpuElemwise freed its NULL handle in
+the C struct's cleanup, and the process died (a segmentation fault in
+``cthunk_factory``).  Its handle now starts NULL and is freed only when set,
+and a C thunk of a GPU op that fails to instantiate raises KernelBuildError:
+the op, its context and device, and the first lines of the compiler's log
+(the kernel's source is built once more through pygpu, which returns the
+log that Theano's C glue drops).
+
+Theano's scalar maximum and minimum return ``nan("")`` for unordered
+operands; OpenCL C has no ``nan(const char *)``, so every kernel with
+``K.maximum`` or ``K.minimum`` (Keras's siamese example) failed to build.
+``NAN`` is the same value in C, CUDA and OpenCL.
+"""
+from ..errors import KernelBuildError
+from ..patch_targets import Parameters, SourceDigest
+
+__all__ = ['install', 'kernel_build_log']
+
+ELEMWISE_HANDLE = SourceDigest(
+    'theano.gpuarray.elemwise.GpuElemwise.c_support_code_struct', 'd7add6f9e392de79',
+    'replaced: the kernel handle starts NULL')
+ELEMWISE_CLEANUP = SourceDigest(
+    'theano.gpuarray.elemwise.GpuElemwise.c_cleanup_code_struct', 'e1acf1f54201d245',
+    'replaced: the handle is freed only when the kernel was built')
+ELEMWISE_CACHE_VERSION = Parameters(
+    'theano.gpuarray.elemwise.GpuElemwise.c_code_cache_version_apply', ('self', 'node'),
+    'wrapped: the fixed C code gets a cache key of its own')
+MAKE_C_THUNK = Parameters(
+    'theano.gof.op.Op.make_c_thunk', ('self', 'node', 'storage_map', 'compute_map',
+                                      'no_recycling'),
+    'wrapped: a GPU kernel that fails to build raises KernelBuildError')
+MAXIMUM_C_CODE = SourceDigest(
+    'theano.scalar.basic.Maximum.c_code', 'c270bd301da8e418',
+    'wrapped: nan(""), which OpenCL C lacks, becomes NAN')
+MINIMUM_C_CODE = SourceDigest(
+    'theano.scalar.basic.Minimum.c_code', '4845bce58c76f844',
+    'wrapped: nan(""), which OpenCL C lacks, becomes NAN')
+
+# Lines of the compiler's log an error shows.
+LOG_LINES = 12
+# What Theano's C glue says when a kernel did not build (its own words,
+# misspelling included) where the kernel's source cannot be built again.
+KERNEL_INIT_FAILURES = ('GpuKernel_init error', 'Could not initialize elemwise support',
+                        'Could not intialize inplace add support')
+
+
+def _fix_nan_in_maximum_and_minimum(scalar_module):
+    for op_class, expectation in ((scalar_module.Maximum, MAXIMUM_C_CODE),
+                                  (scalar_module.Minimum, MINIMUM_C_CODE)):
+        c_code = expectation.check(op_class.c_code)
+        cache_version = op_class.c_code_cache_version
+
+        def portable_c_code(self, node, name, inputs, outputs, sub, c_code=c_code):
+            return c_code(self, node, name, inputs, outputs, sub).replace('nan("")', 'NAN')
+
+        op_class.c_code = portable_c_code
+        op_class.c_code_cache_version = (
+            lambda self, cache_version=cache_version: cache_version(self) + ('NAN',))
+
+
+def _fix_elemwise_handle(gpuarray_elemwise):
+    elemwise = gpuarray_elemwise.GpuElemwise
+    ELEMWISE_HANDLE.check(elemwise.c_support_code_struct)
+    ELEMWISE_CLEANUP.check(elemwise.c_cleanup_code_struct)
+    cache_version = ELEMWISE_CACHE_VERSION.check(elemwise.c_code_cache_version_apply)
+    elemwise.c_support_code_struct = lambda self, node, name: '\nGpuElemwise *ge = NULL;\n'
+    elemwise.c_cleanup_code_struct = lambda self, node, name: (
+        '\nif (ge != NULL) { GpuElemwise_free(ge); ge = NULL; }\n')
+
+    def c_code_cache_version_apply(self, node):
+        version = cache_version(self, node)
+        return version + ('handle NULL',) if version else version
+    elemwise.c_code_cache_version_apply = c_code_cache_version_apply
+
+
+def _raise_kernel_build_errors(gof_op):
+    stock = MAKE_C_THUNK.check(gof_op.Op.make_c_thunk)
+
+    def make_c_thunk(self, node, storage_map, compute_map, no_recycling):
+        try:
+            return stock(self, node, storage_map, compute_map, no_recycling)
+        except RuntimeError as error:
+            # (NotImplementedError, a RuntimeError, is an op without C code.)
+            context = _context_name(node)
+            if context is None or isinstance(error, (KernelBuildError, NotImplementedError)):
+                raise
+            message = _message(node, context, error)
+            if message is None:
+                raise
+            raise KernelBuildError(message) from error
+    gof_op.Op.make_c_thunk = make_c_thunk
+
+
+def _context_name(node):
+    """The context name of ``node``'s GPU outputs or inputs ('' for
+    Theano's default context), or None for an op of the host."""
+    from theano.gpuarray.type import GpuArrayType
+    for variable in list(node.outputs) + list(node.inputs):
+        if isinstance(variable.type, GpuArrayType):
+            return variable.type.context_name or ''
+    return None
+
+
+def _message(node, context, error):
+    """KernelBuildError's message, or None when ``error`` is not a kernel
+    that failed to build."""
+    from theano.gpuarray.type import get_context
+    device = get_context(context or None)
+    log = kernel_build_log(node, device)
+    if log is None:
+        if not any(marker in str(error) for marker in KERNEL_INIT_FAILURES):
+            return None   # not a kernel that failed to build
+        log = str(error)
+    lines = log.strip().splitlines()
+    shown = '\n'.join('    ' + line for line in lines[:LOG_LINES])
+    more = '\n    ... (%d more lines)' % (len(lines) - LOG_LINES) if len(lines) > LOG_LINES else ''
+    return ('the GPU kernel of %s failed to build on context %s (%s), so the function '
+            'cannot run there. The compiler said:\n%s%s\nThis is a gap in Theano\'s '
+            'GPU code for this device, not in your model: report it with the lines '
+            'above; meanwhile run on the CPU (THEANO_FLAGS device=cpu) or on a CUDA '
+            'device.' % (node.op, _user_name(context), device.devname, shown, more))
+
+
+def _user_name(context):
+    """The context's name in THEANO_FLAGS contexts=, with its device (the
+    master's context is Theano's default, named None in the graph)."""
+    from ..config import mesh
+    try:
+        current = mesh.current()
+    except Exception:   # no mesh: a plain run's contexts
+        current = None
+    for name in (current.names if current is not None else []):
+        if current.graph_name(name) == (context or None):
+            return '%s -> %s' % (name, current.devices.get(name, '?'))
+    return context or 'None (the default context)'
+
+
+def kernel_build_log(node, context):
+    """The compiler's log for the first of ``node``'s kernels that does not
+    build on ``context`` (a pygpu GpuContext), or None when all build (or
+    the op has no kernel source to try)."""
+    from pygpu import gpuarray
+    for source, name, types, flags in _kernel_sources(node):
+        try:
+            gpuarray.GpuKernel(source, name, types, context=context, **flags)
+        except gpuarray.GpuArrayException as error:
+            return str(error)
+    return None
+
+
+def _kernel_sources(node):
+    """[(source, kernel name, argument types, pygpu flags)] of ``node``'s
+    GPU kernels, as far as Theano states them."""
+    from theano.gpuarray.basic_ops import GpuKernelBase
+    from theano.gpuarray.elemwise import GpuElemwise
+    if isinstance(node.op, GpuElemwise):
+        return [_elemwise_kernel(node)]
+    if isinstance(node.op, GpuKernelBase):
+        return [(k.code, k.name, k.params,
+                 dict((key, value) for key, value in k.flags.items() if key != 'cflags'))
+                for k in node.op.gpu_kernels(node, 'kernel_build_log')]
+    return []
+
+
+def _elemwise_kernel(node):
+    """A contiguous kernel computing GpuElemwise ``node``'s expression, as
+    libgpuarray builds it (its own kernels are made inside the C library)."""
+    from pygpu import gpuarray
+    support, expression = node.op._generate_op_string(node)
+    inputs, outputs = node.op._get_vnames(node)
+    # An output computed in place is named as its input.
+    variables = list(zip(inputs, node.inputs)) + [
+        (name, v) for name, v in zip(outputs, node.outputs) if name not in inputs]
+    params = ', '.join('GLOBAL_MEM %s *%s_p' % (gpuarray.dtype_to_ctype(v.dtype), name)
+                       for name, v in variables)
+    reads = ' '.join('%s %s = %s_p[i];' % (gpuarray.dtype_to_ctype(v.dtype), name, name)
+                     for name, v in zip(inputs, node.inputs))
+    declared = ' '.join('%s %s;' % (gpuarray.dtype_to_ctype(v.dtype), name)
+                        for name, v in zip(outputs, node.outputs) if name not in inputs)
+    writes = ' '.join('%s_p[i] = %s;' % (name, name) for name in outputs)
+    source = ('#include "cluda.h"\n%s\nKERNEL void elemwise(const ga_size n, %s) {\n'
+              '  for (ga_size i = GID_0 * LDIM_0 + LID_0; i < n; i += LDIM_0 * GDIM_0) {\n'
+              '    %s %s\n%s\n    %s\n  }\n}\n'
+              % (support, params, reads, declared, expression, writes))
+    types = [gpuarray.SIZE] + [gpuarray.GpuArray] * len(variables)
+    flags = dict(have_double=any(v.dtype == 'float64' for _, v in variables),
+                 have_small=any(v.type.dtype in ('int8', 'uint8', 'int16', 'uint16', 'float16')
+                                for _, v in variables))
+    return source, 'elemwise', types, flags
+
+
+def install():
+    """Register the fixes, each applied when its Theano module is imported."""
+    from .. import importhook
+    importhook.after_import('theano.scalar.basic', _fix_nan_in_maximum_and_minimum)
+    importhook.after_import('theano.gpuarray.elemwise', _fix_elemwise_handle)
+    importhook.after_import('theano.gof.op', _raise_kernel_build_errors)
