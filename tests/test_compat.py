@@ -268,6 +268,63 @@ def test_a_kernel_that_fails_to_build_is_an_error_not_a_crash(home, config):
     assert out['same'] and 'GpuElemwise' in out['gpu'], out
 
 
+@needs_pocl
+def test_average_pooling_gradients_on_pocl_are_right(home):
+    """The gradient of average pooling, 2-D and 3-D, in Theano's three
+    modes, with and without padding (Keras's AveragePooling with
+    border_mode='same' pads, average_exc_pad), on a pocl context: each
+    input gets each window's output gradient over the window's size, the
+    size the forward pass divides by (computed here with numpy).  Theano's
+    kernels read the first image's gradient for every 3-D window and
+    counted the padding in the size; Theano's CPU op refuses padding."""
+    out = run(home, 'shim', flags='device=opencl0:0', code='''
+        import itertools
+        import theano, theano.tensor as T
+        from theano.tensor.signal.pool import pool_2d, pool_3d
+
+        def expected_gradient(x, gy, ws, stride, pad, mode):
+            gx = np.zeros_like(x)
+            spatial = x.shape[2:]
+            for window in itertools.product(*[range(n) for n in gy.shape[2:]]):
+                start = [i * s - p for i, s, p in zip(window, stride, pad)]
+                end = [min(a + w, n + p) for a, w, n, p in zip(start, ws, spatial, pad)]
+                inside = [(max(a, 0), min(e, n)) for a, e, n in zip(start, end, spatial)]
+                if mode == 'sum':
+                    size = 1
+                elif mode == 'average_inc_pad':
+                    size = np.prod([e - a for a, e in zip(start, end)])
+                else:
+                    size = np.prod([e - a for a, e in inside])
+                region = (slice(None), slice(None)) + tuple(slice(a, e) for a, e in inside)
+                g = gy[(slice(None), slice(None)) + window]
+                gx[region] += g.reshape(g.shape + (1,) * len(ws)) / size
+            return gx
+
+        rng = np.random.RandomState(0)
+        x2, x3 = T.tensor4(), T.TensorType('float32', (False,) * 5)()
+        values = {x2: rng.rand(2, 3, 7, 6).astype('float32'),
+                  x3: rng.rand(2, 2, 5, 4, 6).astype('float32')}
+        cases, outputs = [], []
+        for mode, padded in (('average_exc_pad', 0), ('average_exc_pad', 1),
+                             ('average_inc_pad', 0), ('sum', 0)):
+            for x, pool, ws in ((x2, pool_2d, (3, 2)), (x3, pool_3d, (2, 3, 2))):
+                stride, pad = (2,) * len(ws), (padded,) * len(ws)
+                y = pool(x, ws=ws, stride=stride, pad=pad, ignore_border=True, mode=mode)
+                cases.append((x, ws, stride, pad, mode))
+                outputs += [y, theano.grad((y ** 2).sum(), x)]   # each window's own 2 y
+        f = theano.function([x2, x3], outputs)
+        got = f(values[x2], values[x3])
+        errors = []
+        for k, (x, ws, stride, pad, mode) in enumerate(cases):
+            y, gx = got[2 * k], got[2 * k + 1]
+            expected = expected_gradient(values[x], 2 * y, ws, stride, pad, mode)
+            errors.append(float(np.max(np.abs(gx - expected))))
+        report(errors=errors, ops=sorted(set(type(n.op).__name__ for n in f.maker.fgraph.toposort())))
+    ''')
+    assert 'GpuAveragePoolGrad' in out['ops'], out['ops']
+    assert len(out['errors']) == 8 and max(out['errors']) < 1e-5, out['errors']
+
+
 # 4. h5py 3: weights and models round trip, old files load ---------------
 
 def test_save_weights_load_weights_round_trip(home, config):

@@ -1,6 +1,6 @@
 """Compatibility patches: Theano 1.0.5 and Keras 1.0.1 to 1.2.2 on Python
 3.11 and today's packages (``python_fixes``, ``theano_fixes``,
-``keras_fixes``), GPU kernels that fail to build (``kernel_builds``), and
+``keras_fixes``), Theano's GPU kernels (``gpu_kernels``), and
 Theano's gpuarray backend with several contexts (``gpuarray_fixes``,
 installed once contexts are registered).
 
@@ -15,7 +15,7 @@ Graph rewrites of the package are registered through ``optimizers``.
 May import: ``theano_multigpu.config`` and the base modules (``errors``,
 ``importhook``, ``patch_targets``).
 """
-from . import kernel_builds, keras_fixes, python_fixes, theano_fixes
+from . import gpu_kernels, keras_fixes, python_fixes, theano_fixes
 
 __all__ = ['install']
 
@@ -29,7 +29,7 @@ def install():
         return
     python_fixes.install()
     theano_fixes.install()
-    kernel_builds.install()
+    gpu_kernels.install()
     keras_fixes.install()
     _installed = True
 

@@ -1,5 +1,6 @@
-"""GPU kernels that fail to build: a Python exception that says why, never a
-crash; and the kernels of Theano 1.0.5 that OpenCL C refused.
+"""Theano's GPU kernels: one that fails to build is a Python exception that
+says why, never a crash; and the kernels of Theano 1.0.5 that OpenCL C
+refused or that computed other numbers than the CPU.
 
 When a kernel failed to build, Theano's GpuElemwise freed its NULL handle in
 the C struct's cleanup, and the process died (a segmentation fault in
@@ -13,11 +14,19 @@ Theano's scalar maximum and minimum return ``nan("")`` for unordered
 operands; OpenCL C has no ``nan(const char *)``, so every kernel with
 ``K.maximum`` or ``K.minimum`` (Keras's siamese example) failed to build.
 ``NAN`` is the same value in C, CUDA and OpenCL.
+
+The gradient of average pooling (GpuAveragePoolGrad, used without cuDNN)
+read the output gradient of the first image and the first depth slice for
+every 3-D window, and of the first image for every window in sum mode; and
+it counted the padding in the window's size where the forward pass does
+not (``average_exc_pad``, Keras's AveragePooling with border_mode='same').
+Its kernels now read each window's own gradient and size it as the
+forward pass does.
 """
 from ..errors import KernelBuildError
 from ..patch_targets import Parameters, SourceDigest
 
-__all__ = ['install', 'kernel_build_log']
+__all__ = ['install', 'kernel_build_log', 'corrected_average_pool_grad']
 
 ELEMWISE_HANDLE = SourceDigest(
     'theano.gpuarray.elemwise.GpuElemwise.c_support_code_struct', 'd7add6f9e392de79',
@@ -38,6 +47,13 @@ MAXIMUM_C_CODE = SourceDigest(
 MINIMUM_C_CODE = SourceDigest(
     'theano.scalar.basic.Minimum.c_code', '4845bce58c76f844',
     'wrapped: nan(""), which OpenCL C lacks, becomes NAN')
+
+AVERAGE_POOL_GRAD_INIT = SourceDigest(
+    'theano.gpuarray.pool.GpuAveragePoolGrad.__init__', '7c7f47552d45a1d4',
+    'wrapped: its kernels (c_code/pool_ave_grad.c) are corrected after loading')
+AVERAGE_POOL_GRAD_CACHE_VERSION = Parameters(
+    'theano.gpuarray.pool.GpuAveragePoolGrad.c_code_cache_version_apply', ('self', 'node'),
+    'wrapped: the corrected kernels get a cache key of their own')
 
 # Lines of the compiler's log an error shows.
 LOG_LINES = 12
@@ -74,6 +90,99 @@ def _fix_elemwise_handle(gpuarray_elemwise):
         version = cache_version(self, node)
         return version + ('handle NULL',) if version else version
     elemwise.c_code_cache_version_apply = c_code_cache_version_apply
+
+
+# pool_ave_grad.c's window loops, as Theano 1.0.5 ships them (2-D, then
+# 3-D), and as the forward kernels (pool.c) size the windows.
+_AVERAGE_2D = """        if (sum_mode) {
+          collector += gz[ph*pooled_width + pw];
+        } else {
+          // figure out the pooling size
+          const ga_size hstart = ph * stride_h - pad_h;
+          const ga_size wstart = pw * stride_w - pad_w;
+          const ga_size hend = min(hstart + kernel_h, height + pad_h);
+          const ga_size wend = min(wstart + kernel_w, width + pad_w);
+          const ga_size pool_size = (hend - hstart) * (wend - wstart);
+          collector += gz_slice[ph*pooled_width + pw] / pool_size;
+        }"""
+_AVERAGE_2D_FIXED = """        if (sum_mode) {
+          collector += gz_slice[ph*pooled_width + pw];
+        } else {
+          // the window's size, as the forward kernel counts it
+          ga_int hstart = (ga_int)(ph * stride_h) - (ga_int)pad_h;
+          ga_int wstart = (ga_int)(pw * stride_w) - (ga_int)pad_w;
+          ga_int hend = min(hstart + (ga_int)kernel_h, (ga_int)(height + pad_h));
+          ga_int wend = min(wstart + (ga_int)kernel_w, (ga_int)(width + pad_w));
+          if (!inc_pad) {
+            hstart = max(hstart, 0); wstart = max(wstart, 0);
+            hend = min(hend, (ga_int)height); wend = min(wend, (ga_int)width);
+          }
+          const ga_size pool_size = (ga_size)((hend - hstart) * (wend - wstart));
+          collector += gz_slice[ph*pooled_width + pw] / pool_size;
+        }"""
+_AVERAGE_3D = """          if (sum_mode) {
+            collector += gz[ph*pooled_width + pw];
+          } else {
+            // figure out the pooling size
+            const ga_size dstart = pd * stride_d - pad_d;
+            const ga_size hstart = ph * stride_h - pad_h;
+            const ga_size wstart = pw * stride_w - pad_w;
+            const ga_size dend = min(dstart + kernel_d, depth + pad_d);
+            const ga_size hend = min(hstart + kernel_h, height + pad_h);
+            const ga_size wend = min(wstart + kernel_w, width + pad_w);
+            const ga_size pool_size = (dend - dstart) * (hend - hstart) * (wend - wstart);
+            collector += gz[ph*pooled_width + pw] / pool_size;
+          }"""
+_AVERAGE_3D_FIXED = """          const ga_size window = (pd*pooled_height + ph)*pooled_width + pw;
+          if (sum_mode) {
+            collector += gz_slice[window];
+          } else {
+            // the window's size, as the forward kernel counts it
+            ga_int dstart = (ga_int)(pd * stride_d) - (ga_int)pad_d;
+            ga_int hstart = (ga_int)(ph * stride_h) - (ga_int)pad_h;
+            ga_int wstart = (ga_int)(pw * stride_w) - (ga_int)pad_w;
+            ga_int dend = min(dstart + (ga_int)kernel_d, (ga_int)(depth + pad_d));
+            ga_int hend = min(hstart + (ga_int)kernel_h, (ga_int)(height + pad_h));
+            ga_int wend = min(wstart + (ga_int)kernel_w, (ga_int)(width + pad_w));
+            if (!inc_pad) {
+              dstart = max(dstart, 0); hstart = max(hstart, 0); wstart = max(wstart, 0);
+              dend = min(dend, (ga_int)depth); hend = min(hend, (ga_int)height);
+              wend = min(wend, (ga_int)width);
+            }
+            const ga_size pool_size = (ga_size)((dend - dstart) * (hend - hstart)
+                                                * (wend - wstart));
+            collector += gz_slice[window] / pool_size;
+          }"""
+
+
+def corrected_average_pool_grad(kernels):
+    """pool_ave_grad.c's kernels section, corrected (see the module
+    docstring); PatchTargetError when it is not Theano 1.0.5's."""
+    from ..errors import PatchTargetError
+    if kernels.count(_AVERAGE_2D) != 1 or kernels.count(_AVERAGE_3D) != 1:
+        raise PatchTargetError(
+            "theano_multigpu corrects the kernels of theano/gpuarray/c_code/pool_ave_grad.c "
+            "and expects Theano 1.0.5's, but their window loops differ. Install Theano "
+            "1.0.5 (pip install theano==1.0.5), or report the version you need.")
+    return kernels.replace(_AVERAGE_2D, _AVERAGE_2D_FIXED).replace(_AVERAGE_3D,
+                                                                   _AVERAGE_3D_FIXED)
+
+
+def _fix_average_pool_grad(gpuarray_pool):
+    op_class = gpuarray_pool.GpuAveragePoolGrad
+    init = AVERAGE_POOL_GRAD_INIT.check(op_class.__init__)
+    cache_version = AVERAGE_POOL_GRAD_CACHE_VERSION.check(op_class.c_code_cache_version_apply)
+
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.code_sections['kernels'] = corrected_average_pool_grad(
+            self.code_sections['kernels'])
+
+    def c_code_cache_version_apply(self, node):
+        version = cache_version(self, node)
+        return version + ('windows corrected',) if version else version
+    op_class.__init__ = __init__
+    op_class.c_code_cache_version_apply = c_code_cache_version_apply
 
 
 def _raise_kernel_build_errors(gof_op):
@@ -198,3 +307,4 @@ def install():
     importhook.after_import('theano.scalar.basic', _fix_nan_in_maximum_and_minimum)
     importhook.after_import('theano.gpuarray.elemwise', _fix_elemwise_handle)
     importhook.after_import('theano.gof.op', _raise_kernel_build_errors)
+    importhook.after_import('theano.gpuarray.pool', _fix_average_pool_grad)
