@@ -4,7 +4,7 @@ PYTHON := .venv/bin/python
 export POCL_DEVICES ?= pthread pthread
 export POCL_MAX_PTHREAD_COUNT ?= 1
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test sweep bench clean
 
 setup:
 	@tools/setup.sh
@@ -15,6 +15,12 @@ demo: setup
 test: setup
 	.venv/bin/lint-imports
 	$(PYTHON) -m pytest -p no:cacheprovider --durations=25 tests $(PYTEST_ARGS)
+
+# Keras 1.2.2's layers, objectives, metrics, activations, constraints and
+# regularizers on the CPU, one context, batch-wise and layer-wise (about 30
+# minutes from a cold cache: not part of make test).
+sweep: setup
+	SWEEP=1 $(PYTHON) -m pytest -p no:cacheprovider tests/test_sweep.py $(PYTEST_ARGS)
 
 bench:
 	@BENCH=1 tools/setup.sh

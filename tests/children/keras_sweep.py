@@ -1,0 +1,185 @@
+"""Child script: Keras 1.2.2's layers, objectives, metrics, activations,
+constraints and regularizers in one functional model, trained for one step
+and predicting, so that a configuration (the CPU, one context, batch-wise
+or layer-wise on several) can be compared with another.
+
+    python keras_sweep.py OUT.npz
+
+Writes the weights after the step (w0, w1, ...), the step's losses, and
+the predictions before and after it.  Few functions compile: one train and
+one predict function for the whole sweep.  Random layers (Dropout,
+GaussianNoise, GaussianDropout, SpatialDropout) draw their noise in
+training; their rates are 0 so that every configuration computes the same
+numbers while their kernels still build.
+"""
+import sys
+
+import numpy as np
+
+ROWS = 8
+TH = {'dim_ordering': 'th'}
+
+ACTIVATIONS = ['softmax', 'softplus', 'softsign', 'relu', 'tanh', 'sigmoid', 'hard_sigmoid',
+               'linear']
+# (objective, output units, target kind), one output each.
+OBJECTIVES = [('mse', 3, 'real'), ('mae', 3, 'real'), ('mape', 3, 'positive'),
+              ('msle', 3, 'positive'), ('squared_hinge', 3, 'sign'), ('hinge', 3, 'sign'),
+              ('binary_crossentropy', 3, 'binary'), ('kld', 3, 'distribution'),
+              ('poisson', 3, 'positive'), ('cosine_proximity', 3, 'real'),
+              ('categorical_crossentropy', 3, 'onehot'),
+              ('sparse_categorical_crossentropy', 3, 'sparse')]
+# Each metric on one output (the sparse ones on the sparse output).
+METRICS = ['accuracy', 'binary_accuracy', 'categorical_accuracy', 'top_k_categorical_accuracy',
+           'mse', 'mae', 'mape', 'msle', 'hinge', 'squared_hinge', 'categorical_crossentropy',
+           'binary_crossentropy', 'kullback_leibler_divergence', 'poisson', 'cosine_proximity',
+           'fbeta_score', 'fmeasure', 'precision', 'recall', 'matthews_correlation']
+SPARSE_METRICS = ['sparse_categorical_accuracy', 'sparse_categorical_crossentropy']
+
+
+def build():
+    """(model, inputs, targets) of the sweep, deterministic."""
+    import keras.backend as K
+    from keras.constraints import maxnorm, nonneg, unitnorm
+    from keras.layers import (ELU, GRU, LSTM, SReLU, Activation, ActivityRegularization,
+                              AtrousConvolution1D, AtrousConvolution2D, AveragePooling1D,
+                              AveragePooling2D, AveragePooling3D, BatchNormalization,
+                              Bidirectional, ConvLSTM2D, Convolution1D, Convolution2D,
+                              Convolution3D, Cropping1D, Cropping2D, Cropping3D,
+                              Deconvolution2D, Dense, Dropout, Embedding, Flatten,
+                              GaussianDropout, GaussianNoise, GlobalAveragePooling1D,
+                              GlobalAveragePooling2D, GlobalAveragePooling3D,
+                              GlobalMaxPooling1D, GlobalMaxPooling2D, GlobalMaxPooling3D,
+                              Highway, Input, Lambda, LeakyReLU, LocallyConnected1D,
+                              LocallyConnected2D, Masking, MaxoutDense, MaxPooling1D,
+                              MaxPooling2D, MaxPooling3D, ParametricSoftplus, Permute, PReLU,
+                              RepeatVector, Reshape, SimpleRNN, SpatialDropout1D,
+                              SpatialDropout2D, SpatialDropout3D, ThresholdedReLU,
+                              TimeDistributed, UpSampling1D, UpSampling2D, UpSampling3D,
+                              ZeroPadding1D, ZeroPadding2D, ZeroPadding3D, merge)
+    from keras.models import Model
+    from keras.optimizers import SGD
+    from keras.regularizers import activity_l1l2, l1, l1l2, l2
+    rng = np.random.RandomState(0)
+
+    vector = Input(shape=(6,), name='vector')
+    h = Dense(8, W_regularizer=l2(0.01), b_regularizer=l1(0.01),
+              activity_regularizer=activity_l1l2(0.001, 0.001), W_constraint=maxnorm(2))(vector)
+    for activation in ACTIVATIONS:
+        h = Activation(activation)(h)
+    h = LeakyReLU()(PReLU()(ELU()(h)))
+    h = ThresholdedReLU(0.1)(ParametricSoftplus()(SReLU()(h)))
+    h = Dropout(0.)(GaussianNoise(0.)(GaussianDropout(0.)(ActivityRegularization(0.01)(h))))
+    h = Highway(W_constraint=unitnorm())(MaxoutDense(8, nb_feature=2,
+                                                     W_regularizer=l1l2(0.01, 0.01))(h))
+    sequence = Permute((2, 1))(RepeatVector(4)(h))               # (8, 4)
+    h = Flatten()(Reshape((4, 8))(Reshape((-1,))(sequence)))
+    dense_out = Dense(3, W_constraint=nonneg())(h)
+
+    image = Input(shape=(2, 8, 8), name='image')
+    c = ZeroPadding2D(**TH)(image)
+    c = Convolution2D(3, 3, 3, activation='relu', **TH)(c)
+    c = AtrousConvolution2D(3, 3, 3, atrous_rate=(2, 2), border_mode='same', **TH)(c)
+    c = BatchNormalization(axis=1)(SpatialDropout2D(0., **TH)(c))
+    c = UpSampling2D(**TH)(MaxPooling2D(**TH)(c))
+    c = Cropping2D(((1, 1), (1, 1)), **TH)(AveragePooling2D(**TH)(c))
+    c = Deconvolution2D(2, 3, 3, output_shape=(None, 2, 4, 4), **TH)(c)
+    c = LocallyConnected2D(2, 2, 2, **TH)(c)
+    image_out = merge([GlobalAveragePooling2D(**TH)(c), GlobalMaxPooling2D(**TH)(c)],
+                      mode='concat')
+
+    volume = Input(shape=(1, 4, 4, 4), name='volume')
+    v = Convolution3D(2, 2, 2, 2, border_mode='same', **TH)(ZeroPadding3D(**TH)(volume))
+    v = UpSampling3D(**TH)(MaxPooling3D(**TH)(SpatialDropout3D(0., **TH)(v)))
+    v = Cropping3D(((1, 1), (1, 1), (1, 1)), **TH)(AveragePooling3D(**TH)(v))
+    volume_out = merge([GlobalAveragePooling3D(**TH)(v), GlobalMaxPooling3D(**TH)(v)],
+                       mode='sum')
+
+    tokens = Input(shape=(10,), dtype='int32', name='tokens')
+    t = Embedding(12, 4, input_length=10)(tokens)
+    t = Convolution1D(3, 3, border_mode='same')(ZeroPadding1D()(t))
+    t = AtrousConvolution1D(3, 3, atrous_rate=2)(SpatialDropout1D(0.)(t))
+    t = UpSampling1D()(MaxPooling1D()(t))
+    t = LocallyConnected1D(3, 2)(Cropping1D((1, 1))(AveragePooling1D()(t)))
+    tokens_out = merge([GlobalAveragePooling1D()(t), GlobalMaxPooling1D()(t)], mode='mul')
+
+    series = Input(shape=(5, 3), name='series')
+    r = Masking()(series)
+    r = SimpleRNN(4, return_sequences=True)(r)
+    r = GRU(4, return_sequences=True, go_backwards=True)(r)
+    r = LSTM(4, return_sequences=True, consume_less='gpu')(r)
+    r = TimeDistributed(Dense(3))(r)
+    series_out = Bidirectional(LSTM(2), merge_mode='concat')(r)
+
+    frames = Input(shape=(2, 1, 4, 4), name='frames')
+    frames_out = Flatten()(ConvLSTM2D(2, 2, 2, border_mode='same', **TH)(frames))
+
+    joined = merge([dense_out, image_out, volume_out, tokens_out, series_out, frames_out],
+                   mode='concat')
+    column = Lambda(lambda x: K.reshape(x, (-1, 1)), output_shape=(1,))
+    pair = column(merge([Dense(3)(joined), Dense(3)(joined)], mode='cos', dot_axes=1))
+    dot = column(merge([dense_out, dense_out], mode='dot', dot_axes=1))
+    joined = merge([joined, pair, dot], mode='concat')
+    joined = merge([Dense(3)(joined), Dense(3)(joined)], mode='ave')
+    joined = merge([joined, Dense(3)(joined)], mode='max')
+    joined = Lambda(lambda x: x * 0.5 + 0.1, output_shape=lambda s: s)(joined)
+
+    outputs, targets, losses = [], [], []
+    for objective, units, kind in OBJECTIVES:
+        activation = 'softmax' if kind in ('onehot', 'sparse', 'distribution') else (
+            'sigmoid' if kind == 'binary' else 'softplus' if kind == 'positive' else 'tanh')
+        outputs.append(Dense(units, activation=activation, name=objective)(joined))
+        targets.append(_targets(kind, units, rng))
+        losses.append(objective)
+    model = Model([vector, image, volume, tokens, series, frames], outputs)
+    dense_targets = [name for name, _, kind in OBJECTIVES if kind != 'sparse']
+    metrics = dict((name, METRICS[k::len(dense_targets)]) for k, name in enumerate(dense_targets))
+    metrics['sparse_categorical_crossentropy'] = SPARSE_METRICS
+    model.compile(optimizer=SGD(lr=0.01, momentum=0.5), loss=losses, metrics=metrics)
+    model.set_weights([(rng.randn(*w.shape) * 0.2).astype('float32') + (
+        1.0 if w.ndim == 1 and 'std' in getattr(w, 'name', '') else 0.0)
+        for w in model.get_weights()])
+    for layer in model.layers:   # a variance is positive
+        if hasattr(layer, 'running_std'):
+            layer.running_std.set_value(np.abs(layer.running_std.get_value()) + 0.5)
+    inputs = [rng.rand(ROWS, 6), rng.rand(ROWS, 2, 8, 8), rng.rand(ROWS, 1, 4, 4, 4),
+              rng.randint(0, 12, (ROWS, 10)), rng.rand(ROWS, 5, 3), rng.rand(ROWS, 2, 1, 4, 4)]
+    inputs = [x.astype('int32' if x.dtype.kind == 'i' else 'float32') for x in inputs]
+    inputs[4][:2, :2] = 0.   # masked steps
+    return model, inputs, targets
+
+
+def _targets(kind, units, rng):
+    if kind == 'onehot':
+        return np.eye(units, dtype='float32')[rng.randint(0, units, ROWS)]
+    if kind == 'sparse':
+        return rng.randint(0, units, (ROWS, 1)).astype('float32')
+    if kind == 'binary':
+        return rng.randint(0, 2, (ROWS, units)).astype('float32')
+    if kind == 'sign':
+        return (rng.randint(0, 2, (ROWS, units)) * 2 - 1).astype('float32')
+    if kind == 'distribution':
+        values = rng.rand(ROWS, units) + 0.1
+        return (values / values.sum(1, keepdims=True)).astype('float32')
+    if kind == 'positive':
+        return (rng.rand(ROWS, units) + 0.5).astype('float32')
+    return rng.randn(ROWS, units).astype('float32')
+
+
+def main():
+    out = sys.argv[1]
+    model, inputs, targets = build()
+    results = {}
+    for k, p in enumerate(model.predict(inputs, batch_size=ROWS)):
+        results['before/%d' % k] = p
+    results['losses'] = np.array(model.train_on_batch(inputs, targets), 'float64')
+    for k, w in enumerate(model.get_weights()):
+        results['w%d' % k] = w
+    for k, p in enumerate(model.predict(inputs, batch_size=ROWS)):
+        results['after/%d' % k] = p
+    np.savez(out, **results)
+    print('sweep: %d weights, %d losses and metrics' % (len(model.get_weights()),
+                                                        len(results['losses'])))
+
+
+if __name__ == '__main__':
+    main()
