@@ -269,6 +269,50 @@ def test_a_kernel_that_fails_to_build_is_an_error_not_a_crash(home, config):
 
 
 @needs_pocl
+def test_elemwise_kernels_for_strided_operands_are_built_when_first_called(home):
+    """GpuElemwise builds its kernel for contiguous operands with the
+    function, and one for strided operands of a rank (broadcast,
+    transposed, sliced) when a call first needs it, not 1 + 2*ndim kernels
+    up front.  Ranks 1, 2, 4 and 9 (past libgpuarray's 8, where its buffers
+    grow) give numpy's numbers, contiguous and strided, called twice; the
+    programs built are counted in a pocl kernel cache of the test's own."""
+    out = run(home, 'shim', flags='device=opencl0:0', extra_env={
+        'POCL_CACHE_DIR': str(home / 'pocl')}, code='''
+        import glob, os
+        import theano, theano.tensor as T
+
+        def programs():
+            return len(glob.glob(os.path.join(os.environ['POCL_CACHE_DIR'], '*', '*', '')))
+
+        rng = np.random.RandomState(0)
+        errors, built, called = [], [], []
+        for rank in (1, 2, 4, 9):
+            x = T.TensorType('float32', (False,) * rank)()
+            b = T.TensorType('float32', (True,) + (False,) * (rank - 1))()
+            before = programs()
+            f = theano.function([x, b], [T.exp(x) * 2 + b, T.tanh(x[::2]) - 1,
+                                         x.dimshuffle(*range(rank)[::-1]) * 3])
+            built.append(programs() - before)
+            shape = (4, 3) + (2,) * (rank - 2) if rank > 1 else (4,)
+            a = rng.rand(*shape).astype('float32')
+            c = rng.rand(*((1,) + shape[1:])).astype('float32')
+            before = programs()
+            for _ in range(2):
+                got = f(a, c)
+                expected = [np.exp(a) * 2 + c, np.tanh(a[::2]) - 1, a.transpose() * 3]
+                errors.append(max(float(np.max(np.abs(g - e))) for g, e in zip(got, expected)))
+            called.append(programs() - before)
+        report(errors=errors, built=built, called=called)
+    ''')
+    assert len(out['errors']) == 8 and max(out['errors']) < 1e-5, out['errors']
+    # The contiguous kernels do not depend on the rank: after the first
+    # function, compiling builds nothing (up front it built 2 strided
+    # kernels per rank and op); the strided ones are built by the calls.
+    assert out['built'][1:] == [0, 0, 0] and out['built'][0] <= 6, out
+    assert min(out['called']) > 0, out
+
+
+@needs_pocl
 def test_average_pooling_gradients_on_pocl_are_right(home):
     """The gradient of average pooling, 2-D and 3-D, in Theano's three
     modes, with and without padding (Keras's AveragePooling with

@@ -34,6 +34,9 @@ ELEMWISE_HANDLE = SourceDigest(
 ELEMWISE_CLEANUP = SourceDigest(
     'theano.gpuarray.elemwise.GpuElemwise.c_cleanup_code_struct', 'e1acf1f54201d245',
     'replaced: the handle is freed only when the kernel was built')
+ELEMWISE_INIT = SourceDigest(
+    'theano.gpuarray.elemwise.GpuElemwise.c_init_code_struct', '6fbc120ee152d69d',
+    'wrapped: kernels for strided operands are built when first called')
 ELEMWISE_CACHE_VERSION = Parameters(
     'theano.gpuarray.elemwise.GpuElemwise.c_code_cache_version_apply', ('self', 'node'),
     'wrapped: the fixed C code gets a cache key of its own')
@@ -88,8 +91,26 @@ def _fix_elemwise_handle(gpuarray_elemwise):
 
     def c_code_cache_version_apply(self, node):
         version = cache_version(self, node)
-        return version + ('handle NULL',) if version else version
+        return version + ('handle NULL', 'strided kernels when called') if version else version
     elemwise.c_code_cache_version_apply = c_code_cache_version_apply
+    _build_strided_elemwise_kernels_when_called(elemwise)
+
+
+def _build_strided_elemwise_kernels_when_called(elemwise):
+    """GpuElemwise_new builds, besides the kernel for contiguous operands,
+    one kernel per rank up to the op's (1-D, 2-D, ...), each with 32-bit
+    and with 64-bit addressing: 1 + 2*ndim kernels for every op, most never
+    called.  Given rank 0, libgpuarray builds only the contiguous kernel;
+    GpuElemwise_call builds a strided one when an operand first needs it
+    (check_basic grows its buffers to the operands' rank).  The contiguous
+    kernel holds the op's expression, so one that does not compile still
+    fails when the function is made."""
+    stock = ELEMWISE_INIT.check(elemwise.c_init_code_struct)
+
+    def c_init_code_struct(self, node, name, sub):
+        eager = 'args, %d, GE_CONVERT_F16);' % node.inputs[0].ndim
+        return stock(self, node, name, sub).replace(eager, 'args, 0, GE_CONVERT_F16);')
+    elemwise.c_init_code_struct = c_init_code_struct
 
 
 # pool_ave_grad.c's window loops, as Theano 1.0.5 ships them (2-D, then
