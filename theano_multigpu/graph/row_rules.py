@@ -20,6 +20,7 @@ on shapes, asserted on each replica when only the run can tell); or a
 string: why the rows meet there.  An op no rule knows, with the rows among its inputs, is
 refused: splitting is exact only where it is known to be.
 """
+import functools
 
 __all__ = ['Facts', 'Check', 'NONE', 'is_random_draw', 'node_facts']
 
@@ -98,7 +99,7 @@ def node_facts(node, ins, per_slice, walk):
             return counted
     if not any(f.rows is not None for f in ins):
         return _unsplit(node, ins, per_slice)
-    for kinds, rule in _RULES:
+    for kinds, rule in _rules():
         if isinstance(node.op, kinds):
             outs, found = rule(node, ins, per_slice, walk)
             if isinstance(found, str) or per_slice:
@@ -584,7 +585,9 @@ def _scan_rule(node, ins, per_slice, walk):
     return outs, []
 
 
+@functools.lru_cache(maxsize=None)
 def _rules():
+    """The rules, built at first use (Theano's modules load late)."""
     from theano import gradient, tensor
     from theano.compile import ops
     from theano.gpuarray import basic_ops as gpu_ops
@@ -625,14 +628,3 @@ def _rules():
           gpu_ops.GpuToGpu), _same_rows_rule),
     ]
 
-
-class _LazyRules(object):
-    """The rules, built at first use (Theano's modules load late)."""
-
-    def __iter__(self):
-        if not hasattr(self, '_rules'):
-            self._rules = _rules()
-        return iter(self._rules)
-
-
-_RULES = _LazyRules()
