@@ -16,9 +16,10 @@ test: setup
 	.venv/bin/lint-imports
 	$(PYTHON) -m pytest -p no:cacheprovider --durations=25 tests $(PYTEST_ARGS)
 
-# Keras 1.2.2's layers, objectives, metrics, activations, constraints and
-# regularizers on the CPU, one context, batch-wise and layer-wise (about 30
-# minutes from a cold cache: not part of make test).
+# Keras 1.2.2's layers, objectives, metrics, activations, optimizers,
+# constraints, regularizers and backend functions on the CPU, one context,
+# batch-wise and layer-wise, and Keras 1.0.1's layers (about 30 minutes from
+# a cold cache: not part of make test).
 sweep: setup
 	SWEEP=1 $(PYTHON) -m pytest -p no:cacheprovider tests/test_sweep.py $(PYTEST_ARGS)
 

@@ -23,6 +23,9 @@ from harness import child_env  # noqa: E402
 
 
 CHILDREN = os.path.join(REPO, 'tests', 'children')
+# Keras 1.0.1, the oldest release supported, which tools/setup.sh installs
+# here (the venv keeps 1.2.2); a child finds it first through PYTHONPATH.
+KERAS_101 = os.path.join(REPO, '.cache', 'keras-1.0.1')
 # Contexts on the two pocl devices; three and four reuse each device.
 ONE = 'contexts=dev0->opencl0:0'
 TWO = 'contexts=dev0->opencl0:0;dev1->opencl0:1'

@@ -9,9 +9,7 @@ import textwrap
 
 import pytest
 
-from conftest import REPO, run_python
-
-KERAS_101 = os.path.join(REPO, '.cache', 'keras-1.0.1')
+from conftest import KERAS_101, run_python
 
 pytestmark = pytest.mark.skipif(
     not os.path.isfile(os.path.join(KERAS_101, 'keras', '__init__.py')),

@@ -7,7 +7,6 @@ memory); the children are tests/children/train_models.py and short scripts.
 """
 import os
 import shutil
-import signal
 import time
 
 import numpy as np

@@ -1,26 +1,34 @@
-"""The sweep of Keras 1.2.2 on contexts (tests/children/keras_sweep.py):
-every layer class, objective, metric, activation, constraint and
-regularizer in one model, one training step and predictions, on the CPU,
-one pocl context, two batch-wise and two layer-wise; each equal to the CPU
-to float32 tolerance (the CPU and OpenCL kernels round differently), and
-the several contexts equal to one context.
+"""The sweep of Keras on contexts (tests/children/keras_sweep.py): every
+layer class, objective, metric, activation, optimizer, constraint and
+regularizer of Keras 1.2.2 and backend functions its layers and examples
+call, in one model; one training step and predictions on the CPU, one pocl
+context, two batch-wise and two layer-wise, each equal to the CPU to
+float32 tolerance (the CPU and OpenCL kernels round differently), and the
+several contexts equal to one context.  Then the layers Keras 1.0.1 has,
+under Keras 1.0.1, on the CPU and batch-wise on two contexts.
 
-It compiles one large model four times: about 5 minutes on the CPU and 10
-on a pocl context from a cold cache, more than the suite's budget allows,
-so it runs with ``make sweep`` (SWEEP=1) and not in ``make test``.
+It compiles one large model six times: about 8 minutes on the CPU and 10
+on a pocl context from a cold cache, about 30 minutes in all, more than
+the suite's budget allows, so it runs with ``make sweep`` (SWEEP=1) and not
+in ``make test``.
 """
 import os
 
 import numpy as np
 import pytest
 
-from conftest import CHILDREN, ONE, TWO, needs_pocl, run_python, side_by_side
+from conftest import CHILDREN, KERAS_101, ONE, TWO, needs_pocl, run_python, side_by_side
 
 pytestmark = [needs_pocl, pytest.mark.skipif(
     not os.environ.get('SWEEP'), reason='the sweep runs with make sweep (SWEEP=1)')]
 
-CONFIGURATIONS = {'cpu': 'device=cpu', 'one': ONE, 'batch': TWO,
-                  'layer': TWO + ',multigpu.mode=layer'}
+# {configuration: (THEANO_FLAGS, Keras 1.0.1 rather than 1.2.2)}
+CONFIGURATIONS = {'cpu': ('device=cpu', False), 'one': (ONE, False), 'batch': (TWO, False),
+                  'layer': (TWO + ',multigpu.mode=layer', False),
+                  '1.0.1 cpu': ('device=cpu', True), '1.0.1 batch': (TWO, True)}
+# Side by side, two at a time; the later ones find the compiled modules and
+# kernels of the earlier in the caches.
+PHASES = [['cpu', 'one'], ['batch', 'layer'], ['1.0.1 cpu', '1.0.1 batch']]
 # The CPU and OpenCL kernels sum in other orders: one step of SGD after a
 # model this deep differs by about 1e-6 relative, predictions by less.
 CPU_RTOL, CPU_ATOL = 1e-3, 1e-4
@@ -29,24 +37,33 @@ RTOL, ATOL = 1e-4, 1e-6
 
 @pytest.fixture(scope='module')
 def swept(tmp_path_factory):
+    """{configuration: {name: array}}."""
     from concurrent.futures import ThreadPoolExecutor
     base = tmp_path_factory.mktemp('sweep')
-    slots, caches = side_by_side(list(CONFIGURATIONS))
 
-    def sweep(key):
-        home = base / key
+    def sweep(key, slot):
+        flags, keras_101 = CONFIGURATIONS[key]
+        home = base / key.replace(' ', '_')
         home.mkdir()
         out = str(home / 'out.npz')
-        run_python(home, flags=CONFIGURATIONS[key], slot=slots[key], timeout=3600,
-                   args=[os.path.join(CHILDREN, 'keras_sweep.py'), out])
+        result = run_python(home, flags=flags, slot=slot, timeout=2400,
+                            extra_env={'PYTHONPATH': KERAS_101} if keras_101 else None,
+                            args=[os.path.join(CHILDREN, 'keras_sweep.py'), out])
+        version = '1.0.1' if keras_101 else '1.2.2'
+        assert 'sweep under Keras %s:' % version in result.stdout, result.stdout[-2000:]
         return dict(np.load(out))
-    with caches, ThreadPoolExecutor(2) as pool:
-        return dict(zip(CONFIGURATIONS, pool.map(sweep, CONFIGURATIONS)))
+    results = {}
+    for phase in PHASES:
+        slots, caches = side_by_side(phase)
+        with caches, ThreadPoolExecutor(2) as pool:
+            results.update(zip(phase, pool.map(sweep, phase, [slots[k] for k in phase])))
+    return results
 
 
-@pytest.mark.parametrize('key', ['one', 'batch', 'layer'])
-def test_each_configuration_equals_the_cpu(swept, key):
-    cpu, other = swept['cpu'], swept[key]
+@pytest.mark.parametrize('key,reference', [('one', 'cpu'), ('batch', 'cpu'), ('layer', 'cpu'),
+                                           ('1.0.1 batch', '1.0.1 cpu')])
+def test_each_configuration_equals_the_cpu(swept, key, reference):
+    cpu, other = swept[reference], swept[key]
     assert sorted(cpu) == sorted(other) and len(cpu) > 100
     for name in sorted(cpu):
         np.testing.assert_allclose(other[name], cpu[name], rtol=CPU_RTOL, atol=CPU_ATOL,

@@ -1,7 +1,10 @@
 """Child script: Keras 1.2.2's layers, objectives, metrics, activations,
-constraints and regularizers in one functional model, trained for one step
-and predicting, so that a configuration (the CPU, one context, batch-wise
-or layer-wise on several) can be compared with another.
+optimizers, constraints, regularizers and backend functions in one
+functional model, trained for one step and predicting, so that a
+configuration (the CPU, one context, batch-wise or layer-wise on several)
+can be compared with another.  Under Keras 1.0.1 (found first on
+PYTHONPATH), the same model with the layers, objectives and metrics that
+release has.
 
     python keras_sweep.py OUT.npz
 
@@ -36,28 +39,111 @@ METRICS = ['accuracy', 'binary_accuracy', 'categorical_accuracy', 'top_k_categor
 SPARSE_METRICS = ['sparse_categorical_accuracy', 'sparse_categorical_crossentropy']
 
 
+# Layers that Keras 1.0.1, the oldest release supported, lacks.  Under
+# Keras 1.0.x each is left out (the identity), a global pooling becomes a
+# Flatten and a Bidirectional wrapper its layer alone.
+NEWER_LAYERS = ['AtrousConvolution1D', 'AtrousConvolution2D', 'Bidirectional', 'ConvLSTM2D',
+                'Cropping1D', 'Cropping2D', 'Cropping3D', 'Deconvolution2D',
+                'GlobalAveragePooling1D', 'GlobalAveragePooling2D', 'GlobalAveragePooling3D',
+                'GlobalMaxPooling1D', 'GlobalMaxPooling2D', 'GlobalMaxPooling3D',
+                'LocallyConnected1D', 'LocallyConnected2D', 'SpatialDropout1D',
+                'SpatialDropout2D', 'SpatialDropout3D']
+
+
+def keras_1_0():
+    import keras
+    return keras.__version__.startswith('1.0.')
+
+
+def _newer(name):
+    """keras.layers.<name>, or under Keras 1.0.x its stand-in."""
+    import keras.layers
+    if not keras_1_0():
+        return getattr(keras.layers, name)
+    if name.startswith('Global'):
+        return lambda *args, **kwargs: keras.layers.Flatten()
+    if name == 'Bidirectional':
+        return lambda layer, **kwargs: layer
+    return lambda *args, **kwargs: (lambda x: x)
+
+
+def backend_functions(x):
+    """Keras backend functions that layers and Keras's examples call, row
+    by row on ``x`` (rows, 8); returns (rows, 8)."""
+    import keras.backend as K
+    h = K.sqrt(K.square(x) + K.epsilon()) + K.abs(x) * K.sign(x) + K.exp(-K.square(x))
+    h = h + K.log(K.sigmoid(x) + 1.) + K.pow(K.clip(x, 0.1, 2.), 2) + K.cos(x) * K.sin(x)
+    h = K.maximum(h, x) + K.minimum(h, 0.5) + K.switch(K.greater(x, 0.2), x, -x)
+    h = K.l2_normalize(h, axis=1) + K.softmax(x) + K.softplus(x) + K.softsign(x)
+    h = h + K.relu(x, alpha=0.1, max_value=2.) + K.elu(x) + K.hard_sigmoid(x) + K.tanh(x)
+    reduced = K.concatenate([K.sum(h, axis=1, keepdims=True), K.mean(h, axis=1, keepdims=True),
+                             K.max(h, axis=1, keepdims=True), K.min(h, axis=1, keepdims=True),
+                             K.std(h, axis=1, keepdims=True), K.var(h, axis=1, keepdims=True),
+                             K.prod(K.clip(h, 0.5, 1.5), axis=1, keepdims=True),
+                             K.cast(K.argmax(h, axis=1), K.floatx()).dimshuffle(0, 'x')],
+                            axis=1)
+    grid = K.reshape(K.repeat_elements(K.expand_dims(h, 2), 2, axis=2), (-1, 4, 4))
+    grid = K.permute_dimensions(grid, (0, 2, 1)) + K.repeat(h[:, :4], 4)
+    flat = K.batch_flatten(grid)
+    h = h * reduced + K.batch_dot(flat, flat, axes=1) * 0.01 + flat[:, ::2]
+    mask = K.cast(K.any(K.greater_equal(h, 1.), axis=1, keepdims=True), K.floatx())
+    h = h + mask * K.cast(K.all(K.not_equal(h, 0.), axis=1, keepdims=True), K.floatx())
+    h = h + K.stop_gradient(K.round(h)) + K.in_train_phase(h * 0.1, h * 0.2)
+    return K.squeeze(K.expand_dims(h, 1), 1)
+
+
+def every_optimizer():
+    """An optimizer that applies each of Keras's optimizers to some of the
+    weights, so that one train function holds them all: SGD with momentum
+    the body; the others, in turn, the output layers' weights (their
+    gradients are far from zero: the adaptive ones scale float noise of
+    near-zero gradients up to whole steps, which no tolerance could tell
+    from an error)."""
+    from keras import optimizers
+
+    class EveryOptimizer(optimizers.Optimizer):
+        def __init__(self):
+            super(EveryOptimizer, self).__init__()
+            self.body = optimizers.SGD(lr=0.01, momentum=0.5)
+            self.heads = [optimizers.SGD(lr=0.01, momentum=0.9, decay=0.1, nesterov=True),
+                          optimizers.RMSprop(clipnorm=1.), optimizers.Adagrad(clipvalue=0.5),
+                          optimizers.Adadelta(), optimizers.Adam(), optimizers.Adamax()]
+            if hasattr(optimizers, 'Nadam'):
+                self.heads.append(optimizers.Nadam())
+
+        def get_updates(self, params, constraints, loss):
+            outputs = set(objective for objective, _, _ in OBJECTIVES)
+            heads = [p for p in params if p.name.rsplit('_', 1)[0] in outputs]
+            groups = [(self.body, [p for p in params if p not in heads])]
+            groups += [(o, heads[k::len(self.heads)]) for k, o in enumerate(self.heads)]
+            updates = []
+            for optimizer, weights in groups:
+                updates += optimizer.get_updates(weights, constraints, loss)
+                self.weights += optimizer.weights
+            return updates
+    return EveryOptimizer()
+
+
 def build():
     """(model, inputs, targets) of the sweep, deterministic."""
     import keras.backend as K
     from keras.constraints import maxnorm, nonneg, unitnorm
     from keras.layers import (ELU, GRU, LSTM, SReLU, Activation, ActivityRegularization,
-                              AtrousConvolution1D, AtrousConvolution2D, AveragePooling1D,
-                              AveragePooling2D, AveragePooling3D, BatchNormalization,
-                              Bidirectional, ConvLSTM2D, Convolution1D, Convolution2D,
-                              Convolution3D, Cropping1D, Cropping2D, Cropping3D,
-                              Deconvolution2D, Dense, Dropout, Embedding, Flatten,
-                              GaussianDropout, GaussianNoise, GlobalAveragePooling1D,
-                              GlobalAveragePooling2D, GlobalAveragePooling3D,
-                              GlobalMaxPooling1D, GlobalMaxPooling2D, GlobalMaxPooling3D,
-                              Highway, Input, Lambda, LeakyReLU, LocallyConnected1D,
-                              LocallyConnected2D, Masking, MaxoutDense, MaxPooling1D,
-                              MaxPooling2D, MaxPooling3D, ParametricSoftplus, Permute, PReLU,
-                              RepeatVector, Reshape, SimpleRNN, SpatialDropout1D,
-                              SpatialDropout2D, SpatialDropout3D, ThresholdedReLU,
-                              TimeDistributed, UpSampling1D, UpSampling2D, UpSampling3D,
-                              ZeroPadding1D, ZeroPadding2D, ZeroPadding3D, merge)
+                              AveragePooling1D, AveragePooling2D, AveragePooling3D,
+                              BatchNormalization, Convolution1D, Convolution2D, Convolution3D,
+                              Dense, Dropout, Embedding, Flatten, GaussianDropout,
+                              GaussianNoise, Highway, Input, Lambda, LeakyReLU, Masking,
+                              MaxoutDense, MaxPooling1D, MaxPooling2D, MaxPooling3D,
+                              ParametricSoftplus, Permute, PReLU, RepeatVector, Reshape,
+                              SimpleRNN, ThresholdedReLU, TimeDistributed, UpSampling1D,
+                              UpSampling2D, UpSampling3D, ZeroPadding1D, ZeroPadding2D,
+                              ZeroPadding3D, merge)
+    (AtrousConvolution1D, AtrousConvolution2D, Bidirectional, ConvLSTM2D, Cropping1D,
+     Cropping2D, Cropping3D, Deconvolution2D, GlobalAveragePooling1D, GlobalAveragePooling2D,
+     GlobalAveragePooling3D, GlobalMaxPooling1D, GlobalMaxPooling2D, GlobalMaxPooling3D,
+     LocallyConnected1D, LocallyConnected2D, SpatialDropout1D, SpatialDropout2D,
+     SpatialDropout3D) = [_newer(name) for name in NEWER_LAYERS]
     from keras.models import Model
-    from keras.optimizers import SGD
     from keras.regularizers import activity_l1l2, l1, l1l2, l2
     rng = np.random.RandomState(0)
 
@@ -65,14 +151,18 @@ def build():
     h = Dense(8, W_regularizer=l2(0.01), b_regularizer=l1(0.01),
               activity_regularizer=activity_l1l2(0.001, 0.001), W_constraint=maxnorm(2))(vector)
     for activation in ACTIVATIONS:
-        h = Activation(activation)(h)
+        if activation != 'softsign' or not keras_1_0():
+            h = Activation(activation)(h)
     h = LeakyReLU()(PReLU()(ELU()(h)))
     h = ThresholdedReLU(0.1)(ParametricSoftplus()(SReLU()(h)))
     h = Dropout(0.)(GaussianNoise(0.)(GaussianDropout(0.)(ActivityRegularization(0.01)(h))))
     h = Highway(W_constraint=unitnorm())(MaxoutDense(8, nb_feature=2,
                                                      W_regularizer=l1l2(0.01, 0.01))(h))
     sequence = Permute((2, 1))(RepeatVector(4)(h))               # (8, 4)
-    h = Flatten()(Reshape((4, 8))(Reshape((-1,))(sequence)))
+    flat = Reshape((32,) if keras_1_0() else (-1,))   # 1.0.1 cannot infer a -1
+    h = Flatten()(Reshape((4, 8))(flat(sequence)))
+    if not keras_1_0():   # Keras 1.0.1's backend lacks some of them
+        h = Lambda(backend_functions, output_shape=(8,))(Dense(8)(h))
     dense_out = Dense(3, W_constraint=nonneg())(h)
 
     image = Input(shape=(2, 8, 8), name='image')
@@ -120,21 +210,25 @@ def build():
     dot = column(merge([dense_out, dense_out], mode='dot', dot_axes=1))
     joined = merge([joined, pair, dot], mode='concat')
     joined = merge([Dense(3)(joined), Dense(3)(joined)], mode='ave')
-    joined = merge([joined, Dense(3)(joined)], mode='max')
+    joined = merge([joined, Dense(3)(joined)], mode='ave' if keras_1_0() else 'max')
     joined = Lambda(lambda x: x * 0.5 + 0.1, output_shape=lambda s: s)(joined)
 
+    # Keras 1.0.1 lacks kld and every metric but accuracy.
+    objectives = [o for o in OBJECTIVES if o[0] != 'kld' or not keras_1_0()]
     outputs, targets, losses = [], [], []
-    for objective, units, kind in OBJECTIVES:
+    for objective, units, kind in objectives:
         activation = 'softmax' if kind in ('onehot', 'sparse', 'distribution') else (
             'sigmoid' if kind == 'binary' else 'softplus' if kind == 'positive' else 'tanh')
         outputs.append(Dense(units, activation=activation, name=objective)(joined))
         targets.append(_targets(kind, units, rng))
         losses.append(objective)
     model = Model([vector, image, volume, tokens, series, frames], outputs)
-    dense_targets = [name for name, _, kind in OBJECTIVES if kind != 'sparse']
+    dense_targets = [name for name, _, kind in objectives if kind != 'sparse']
     metrics = dict((name, METRICS[k::len(dense_targets)]) for k, name in enumerate(dense_targets))
     metrics['sparse_categorical_crossentropy'] = SPARSE_METRICS
-    model.compile(optimizer=SGD(lr=0.01, momentum=0.5), loss=losses, metrics=metrics)
+    if keras_1_0():
+        metrics = {'categorical_crossentropy': ['accuracy'], 'binary_crossentropy': ['accuracy']}
+    model.compile(optimizer=every_optimizer(), loss=losses, metrics=metrics)
     model.set_weights([(rng.randn(*w.shape) * 0.2).astype('float32') + (
         1.0 if w.ndim == 1 and 'std' in getattr(w, 'name', '') else 0.0)
         for w in model.get_weights()])
@@ -177,8 +271,9 @@ def main():
     for k, p in enumerate(model.predict(inputs, batch_size=ROWS)):
         results['after/%d' % k] = p
     np.savez(out, **results)
-    print('sweep: %d weights, %d losses and metrics' % (len(model.get_weights()),
-                                                        len(results['losses'])))
+    import keras
+    print('sweep under Keras %s: %d weights, %d losses and metrics'
+          % (keras.__version__, len(model.get_weights()), len(results['losses'])))
 
 
 if __name__ == '__main__':
