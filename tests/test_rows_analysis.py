@@ -24,8 +24,8 @@ def analysed(tmp_path_factory):
     return json.loads(result.stdout.strip().split('\n')[-1])
 
 
-LAYER_MODELS = ['dense', 'conv2d', 'conv1d', 'conv3d', 'deconv', 'recurrent', 'stateful',
-                'convlstm', 'merge']
+LAYER_MODELS = ['dense', 'conv2d', 'conv1d', 'conv3d', 'conv3d2d', 'deconv', 'recurrent',
+                'stateful', 'convlstm', 'merge']
 
 
 @pytest.mark.parametrize('name', LAYER_MODELS)
@@ -42,7 +42,7 @@ def test_what_the_split_needs_is_found(analysed):
     assert analysed['recurrent']['whole'] > 0
     assert analysed['conv2d']['synced'] == 1
     assert analysed['conv2d']['checks'] > 0 and analysed['conv1d']['checks'] > 0
-    for name in ('conv3d', 'deconv', 'stateful', 'convlstm', 'merge'):
+    for name in ('conv3d', 'conv3d2d', 'deconv', 'stateful', 'convlstm', 'merge'):
         assert analysed[name] == {'whole': 0, 'synced': 0, 'checks': 0}, name
 
 
@@ -54,6 +54,8 @@ REFUSED = {
                  "the whole batch's shape (a count, range or draw of it) other than row by row"),
     'looped': ('Subtensor{int64::}', "indexes along the batch's rows"),
     'unknown': ('DiffOp{n=1, axis=1}', 'is an op theano_multigpu has no rule for'),
+    # Keras 1.0's Convolution3D takes them along time, never the rows.
+    'diagonal': ('DiagonalSubtensor', "takes diagonals across the batch's rows"),
     # A layer's output is joined from the replicas' pieces along axis 0.
     'transposed': ('InplaceDimShuffle{1,0}', "returns a tensor that does not hold the "
                    "batch's rows on its first axis (they are on axis 1)"),

@@ -11,6 +11,7 @@ batch normalisations, shape conditions checked as it runs) or
 import json
 
 import keras.backend as K
+import numpy as np
 import theano
 import theano.tensor as T
 from keras.layers import (ELU, GRU, LSTM, SReLU, Activation, ActivityRegularization,
@@ -27,6 +28,7 @@ from keras.layers import (ELU, GRU, LSTM, SReLU, Activation, ActivityRegularizat
                           UpSampling1D, UpSampling2D, UpSampling3D, ZeroPadding1D,
                           ZeroPadding2D, ZeroPadding3D, merge)
 from keras.models import Model, Sequential
+from theano.tensor.nnet import conv3d2d
 
 from theano_multigpu.errors import RowsMeetError
 from theano_multigpu.graph.rows import find_rows_meeting
@@ -58,6 +60,10 @@ def layer_models():
         ZeroPadding3D(input_shape=(1, 4, 4, 4), **TH), Convolution3D(2, 2, 2, 2, **TH),
         MaxPooling3D(**TH), UpSampling3D(**TH), AveragePooling3D(pool_size=(1, 1, 1), **TH),
         Cropping3D(**TH), GlobalAveragePooling3D(**TH)])
+    # Keras 1.0's Convolution3D: Theano's conv3d2d (a diagonal view).
+    filters = K.variable(np.ones((2, 2, 1, 2, 2)))
+    yield 'conv3d2d', Sequential([Lambda(lambda x: conv3d2d.conv3d(x, filters),
+                                         output_shape=(2, 2, 3, 3), input_shape=(3, 1, 4, 4))])
     yield 'deconv', Sequential([Deconvolution2D(2, 3, 3, output_shape=(None, 2, 10, 10),
                                                 input_shape=(1, 8, 8), **TH)])
     yield 'recurrent', Sequential([
@@ -89,6 +95,7 @@ LAMBDAS = {
     'looped': 'theano.scan(lambda r: r * 2, sequences=x)[0]',
     'unknown': 'T.extra_ops.diff(x, axis=1)',
     'transposed': 'K.transpose(x)',
+    'diagonal': 'conv3d2d.diagonal_subtensor(x, 0, 1)',
 }
 
 

@@ -365,6 +365,19 @@ def _repeat_rule(node, ins, per_slice, walk):
     return _data(node, ins, rows)
 
 
+def _diagonal_rule(node, ins, per_slice, walk):
+    """conv3d2d's diagonal views of x along axes i0 and i1 (constants), and
+    their gradient, which adds ``amt`` into them (Keras 1.0's
+    Convolution3D): rows stay apart when neither axis is theirs."""
+    rows = ins[0].rows
+    axes = [_const(v) for v in node.inputs[1:3]]
+    if None in axes or rows in [a % node.inputs[0].ndim for a in axes]:
+        return [], 'takes diagonals across the batch\'s rows'
+    if any(f.rows != rows for f in ins[3:]):
+        return [], 'mixes the batch\'s rows with a tensor of other rows'
+    return _data(node, ins, rows)
+
+
 def _join_rule(node, ins, per_slice, walk):
     axis = _const(node.inputs[0])
     rows = _split(ins[1:])
@@ -594,7 +607,7 @@ def _rules():
     from theano.ifelse import IfElse
     from theano.scan_module.scan_op import Scan
     from theano.tensor import blas, elemwise, extra_ops, subtensor
-    from theano.tensor.nnet import abstract_conv, bn, nnet
+    from theano.tensor.nnet import abstract_conv, bn, conv3d2d, nnet
     from theano.tensor.opt import Assert
     from theano.tensor.signal.pool import Pool
     from theano.tensor.sort import ArgSortOp, SortOp
@@ -613,6 +626,7 @@ def _rules():
         (subtensor.Subtensor, _subtensor_rule),
         (subtensor.IncSubtensor, _inc_subtensor_rule),
         (subtensor.AdvancedSubtensor1, _take_rule),
+        ((conv3d2d.DiagonalSubtensor, conv3d2d.IncDiagonalSubtensor), _diagonal_rule),
         ((abstract_conv.AbstractConv2d, abstract_conv.AbstractConv3d,
           abstract_conv.AbstractConv2d_gradInputs, abstract_conv.AbstractConv3d_gradInputs),
          _conv_rule),
