@@ -79,3 +79,16 @@ def test_a_reshape_only_the_run_can_judge_is_checked(analysed):
     """K.reshape of rows moved off axis 0: whether each row keeps a block
     of its own depends on a size Theano cannot tell before the run."""
     assert analysed['moved'] == {'whole': 0, 'synced': 0, 'checks': 1}
+
+
+def test_batch_normalisation_with_statistics_of_its_own_is_refused_unless_local(analysed):
+    """Keras 1.0's BatchNormalization computes its statistics with K.mean
+    over the rows: batch-wise mode cannot compute them over the whole
+    batch as it does Theano's batch normalisation, so by default it is
+    refused (each context normalising its own rows gave other weights,
+    silently); with multigpu.batchnorm=local each context's rows are its
+    batch, by choice."""
+    message = analysed['old_batchnorm'].get('refused', '')
+    assert "in layer 'own_statistics' reduces over the batch's rows" in message, message
+    assert 'set multigpu.batchnorm=local' in message, message
+    assert analysed['old_batchnorm_local'] == {'whole': 0, 'synced': 0, 'checks': 0}

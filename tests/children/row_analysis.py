@@ -27,6 +27,7 @@ from keras.layers import (ELU, GRU, LSTM, SReLU, Activation, ActivityRegularizat
                           RepeatVector, Reshape, SimpleRNN, ThresholdedReLU, TimeDistributed,
                           UpSampling1D, UpSampling2D, UpSampling3D, ZeroPadding1D,
                           ZeroPadding2D, ZeroPadding3D, merge)
+from keras.engine import Layer
 from keras.models import Model, Sequential
 from theano.tensor.nnet import conv3d2d
 
@@ -106,12 +107,30 @@ def lambda_models():
                                        name=name)])
 
 
-def analyse(model):
+def _own_statistics(self, x, mask=None):
+    mean = K.mean(x, axis=0)
+    return (x - mean) / K.sqrt(K.mean(K.square(x - mean), axis=0) + 1e-3)
+
+
+# Keras 1.0's BatchNormalization, as far as the rows go (the shim knows
+# the layer by its class's name): statistics of its own, K.mean over the
+# rows, not Theano's batch normalisation.
+OldBatchNormalization = type('BatchNormalization', (Layer,), {'call': _own_statistics})
+
+
+def statistics_models():
+    """(name, model, multigpu.batchnorm is sync)"""
+    model = Sequential([Dense(4, input_dim=3), OldBatchNormalization(name='own_statistics')])
+    yield 'old_batchnorm', model, True
+    yield 'old_batchnorm_local', model, False
+
+
+def analyse(model, sync_batchnorm=True):
     outputs = model.outputs
     try:
         whole, synced, checks = find_rows_meeting(
             list(model.inputs) + keras_graph.row_states(outputs), outputs,
-            keras_graph.node_describer(outputs))
+            keras_graph.node_describer(outputs), sync_batchnorm)
     except RowsMeetError as error:
         return {'refused': str(error)}
     return {'whole': len(whole), 'synced': len(synced), 'checks': len(checks)}
@@ -121,6 +140,7 @@ def main():
     assert K and T and theano   # the Lambdas' code reads them
     found = dict((name, analyse(model)) for models in (layer_models, lambda_models)
                  for name, model in models())
+    found.update((name, analyse(model, sync)) for name, model, sync in statistics_models())
     print(json.dumps(found))
 
 

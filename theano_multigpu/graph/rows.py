@@ -40,8 +40,10 @@ def find_rows_meeting(batch_inputs, frontier, describe, sync_batchnorm=True):
     - ``checks``: [(condition, message)], shape conditions the split is
       exact under that only the run can decide: each replica asserts them.
 
-    ``describe(node)`` -> (layer name or None, whether rows may meet there
-    per slice, as BatchNormalization's statistics do by design).
+    ``describe(node)`` -> (layer name or None, whether it is a layer whose
+    statistics may meet the rows per slice: BatchNormalization, whose own
+    statistics ops do so when ``sync_batchnorm`` is off and are refused
+    when it is on).
     Raises RowsMeetError at the first op that makes rows meet, or that no
     rule knows (``row_rules``).
     """
@@ -63,6 +65,14 @@ def find_rows_meeting(batch_inputs, frontier, describe, sync_batchnorm=True):
                + ' (found as it ran: only the shapes of a batch tell)')
               for f in found[1] if isinstance(f[0], Check)]
     return whole, found[2], checks
+
+
+# Why a BatchNormalization layer that meets the rows is refused.
+UNSYNCHRONISED = (
+    '; this BatchNormalization computes its statistics with ops of its own (as Keras '
+    'before 1.2 does), not with Theano\'s batch normalisation, which batch-wise mode '
+    'computes over the whole batch: set multigpu.batchnorm=local to normalise each '
+    'context\'s rows with their own statistics, or use Keras 1.2.2')
 
 
 def _walk(inputs, input_facts, outputs, describe, sync_batchnorm):
@@ -92,8 +102,10 @@ def _walk(inputs, input_facts, outputs, describe, sync_batchnorm):
         ins = [of(v) for v in node.inputs]
         if not any(f.involved for f in ins) and not is_random_draw(node):
             continue
-        layer, per_slice = describe(node)
-        layer_of_outer = (layer, per_slice)
+        layer, statistics_layer = describe(node)
+        # Rows meet per slice there only by choice (multigpu.batchnorm=local).
+        per_slice = statistics_layer and not sync_batchnorm
+        layer_of_outer = (layer, statistics_layer)
         if isinstance(node.op, AbstractBatchNormTrain) and ins[0].rows in node.op.axes:
             # The output keeps the rows; mean and 1/std span them.
             if sync_batchnorm:
@@ -104,7 +116,7 @@ def _walk(inputs, input_facts, outputs, describe, sync_batchnorm):
         if refused:   # inside a loop's step: name the op there
             return refused[0]
         if isinstance(found, str):
-            return found, node, layer
+            return found + (UNSYNCHRONISED if statistics_layer else ''), node, layer
         whole += [(f, node, layer) if isinstance(f, Check) else f for f in found]
         for f in found:
             if not isinstance(f, Check):

@@ -41,8 +41,9 @@ def layer_calls(roots):
     return list(found.values())
 
 
-# Layers whose statistics are computed on each context's rows by design
-# (documented): BatchNormalization normalises each replica's slice.
+# Layers whose statistics may be computed on each context's rows by choice
+# (multigpu.batchnorm=local): BatchNormalization then normalises each
+# replica's slice.
 PER_SLICE_LAYERS = ('BatchNormalization',)
 
 
