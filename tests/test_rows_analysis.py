@@ -92,3 +92,8 @@ def test_batch_normalisation_with_statistics_of_its_own_is_refused_unless_local(
     assert "in layer 'own_statistics' reduces over the batch's rows" in message, message
     assert 'set multigpu.batchnorm=local' in message, message
     assert analysed['old_batchnorm_local'] == {'whole': 0, 'synced': 0, 'checks': 0}
+    # Rows that meet other than in statistics: multigpu.batchnorm=local would
+    # not help, so the error does not offer it.
+    message = analysed['gram_batchnorm'].get('refused', '')
+    assert "in layer 'gram' multiplies rows with rows" in message, message
+    assert 'batchnorm=local' not in message, message

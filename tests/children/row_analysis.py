@@ -116,6 +116,10 @@ def _own_statistics(self, x, mask=None):
 # the layer by its class's name): statistics of its own, K.mean over the
 # rows, not Theano's batch normalisation.
 OldBatchNormalization = type('BatchNormalization', (Layer,), {'call': _own_statistics})
+# One whose rows meet other than by a reduction: local would not help.
+GramBatchNormalization = type('BatchNormalization', (Layer,), {
+    'call': lambda self, x, mask=None: K.dot(K.transpose(x), x),
+    'get_output_shape_for': lambda self, shape: (shape[1], shape[1])})
 
 
 def statistics_models():
@@ -123,6 +127,8 @@ def statistics_models():
     model = Sequential([Dense(4, input_dim=3), OldBatchNormalization(name='own_statistics')])
     yield 'old_batchnorm', model, True
     yield 'old_batchnorm_local', model, False
+    yield 'gram_batchnorm', Sequential([Dense(4, input_dim=3),
+                                        GramBatchNormalization(name='gram')]), True
 
 
 def analyse(model, sync_batchnorm=True):

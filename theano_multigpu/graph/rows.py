@@ -116,7 +116,10 @@ def _walk(inputs, input_facts, outputs, describe, sync_batchnorm):
         if refused:   # inside a loop's step: name the op there
             return refused[0]
         if isinstance(found, str):
-            return found + (UNSYNCHRONISED if statistics_layer else ''), node, layer
+            # Name the choice only where multigpu.batchnorm=local would allow it.
+            local_allows = statistics_layer and sync_batchnorm and not isinstance(
+                node_facts(node, ins, True, walk_inner)[1], str)
+            return found + (UNSYNCHRONISED if local_allows else ''), node, layer
         whole += [(f, node, layer) if isinstance(f, Check) else f for f in found]
         for f in found:
             if not isinstance(f, Check):
