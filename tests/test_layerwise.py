@@ -17,7 +17,7 @@ pytestmark = needs_pocl
 
 LAYER = ',multigpu.mode=layer'
 CONFIGURATIONS = {1: ONE, 2: TWO + LAYER, 3: THREE + LAYER}
-MODELS = ['deep_mlp', 'cnn', 'lstm']
+MODELS = ['deep_mlp', 'residual', 'cnn', 'lstm']
 STEPS, BATCH = 5, 10
 RTOL, ATOL = 1e-5, 1e-6
 
@@ -54,7 +54,7 @@ def test_weights_and_state_sit_where_the_plan_says(runs, n, name):
     contexts = [c for c in results[name + '/layer_contexts']]
     groups = [c for i, c in enumerate(contexts) if i == 0 or c != contexts[i - 1]]
     assert groups == sorted(groups, key=names.index) and len(set(groups)) == len(groups)
-    if name == 'deep_mlp':   # nine layers of similar size: every context has some
+    if name in ('deep_mlp', 'residual'):   # layers of similar size: every context has some
         assert groups == names
     # Heavy ops run only on contexts that hold layers (dev0 is Theano's
     # default context, None), the output layer's softmax on the last.
@@ -138,3 +138,17 @@ def test_explicit_layer_map_is_followed_and_checked(home):
     assert 'pattern(s) matching no layer: x*' in result.stdout
     assert 'layer(s) matched twice: a1 (by a*, a1)' in result.stdout
     assert "expects contexts taking part (dev0, dev1), but received 'gpu7'" in result.stdout
+
+
+def test_rewriting_layer_by_layer_copies_nothing(home):
+    """The rewrite reads each layer's inputs as the rewritten layers before
+    it.  theano.clone copied those graphs once per read: a ten-block
+    residual model (the 'residual' runs above) stopped with RecursionError,
+    smaller ones took minutes to compile.  ``replaced`` computes what
+    theano.clone computes for any small graph (hypothesis), keeps each
+    replacement as it is, and a chain rewritten block by block keeps the
+    chain's size (theano.clone's grows with the square of its depth)."""
+    result = run_python(home, flags='device=cpu',
+                        args=[os.path.join(CHILDREN, 'replace_property.py')])
+    line = result.stdout.strip().split('\n')[-1]
+    assert line.startswith('checked 25 graphs; layer by layer: replaced 48 nodes'), line

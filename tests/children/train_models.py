@@ -59,6 +59,21 @@ def build(name, rng, n):
                       metrics=['accuracy'])
         x = rng.rand(n, 8).astype('float32')
         y = np.eye(3)[rng.randint(0, 3, n)].astype('float32')
+    elif name == 'residual':
+        # Skip connections, as Keras 1 functional scripts write them: each
+        # block adds its input to its output (merge 'sum'), and a long skip
+        # joins the first block's output to the last (merge 'concat').
+        inputs = Input(shape=(8,))
+        first = hidden = Dense(12, activation='relu')(inputs)
+        for k in range(10):
+            block = Dense(12, activation='tanh' if k % 2 else 'relu')(hidden)
+            hidden = merge([hidden, block], mode='sum')
+        out = Dense(3, activation='softmax')(merge([hidden, first], mode='concat'))
+        model = Model(inputs, out)
+        model.compile(loss='categorical_crossentropy', optimizer=SGD(lr=0.05, momentum=0.9),
+                      metrics=['accuracy'])
+        x = rng.rand(n, 8).astype('float32')
+        y = np.eye(3)[rng.randint(0, 3, n)].astype('float32')
     elif name == 'mlp_dropout':
         model = Sequential([Dense(16, input_dim=8, activation='relu'), Dropout(0.5),
                             Dense(3, activation='softmax')])

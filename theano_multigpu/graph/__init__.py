@@ -1,6 +1,7 @@
 """Graph machinery: one Theano graph in, one spread over the contexts out.
 
 - ``transfer``: the transfer op that keeps placement (and the host's name);
+- ``replace``: a graph rewritten to read other variables, without copies;
 - ``gradients``: stand-ins for ``K.gradients``, replaced by the gradients of
   the rewritten loss;
 - ``rows``: how a batch's rows are shared among replicas and ranks, and

@@ -13,6 +13,8 @@ from theano import gof, tensor
 from theano.gpuarray.basic_ops import host_from_gpu
 from theano.gpuarray.type import GpuArrayType
 
+from .replace import replaced
+
 __all__ = ['GradientStandIn', 'gradient_stand_ins', 'stand_ins_in', 'by_loss',
            'real_gradients', 'host_gradient']
 
@@ -53,11 +55,11 @@ def by_loss(stand_ins):
 
 def real_gradients(stand_ins, replace, wrt=None):
     """{stand-in: host-typed gradient of its loss, rewritten by ``replace``
-    (a theano.clone replacement dict)}, taken with respect to each param
+    (``replaced``'s replacements)}, taken with respect to each param
     (or to ``wrt(param)``, e.g. the param's copy on its context)."""
     real = {}
     for loss, group in by_loss(stand_ins).items():
-        rewritten_loss = theano.clone(loss, replace=replace, strict=False)
+        rewritten_loss = replaced([loss], replace)[0]
         params = [s.tag.multigpu_gradient.param for s in group]
         grads = theano.grad(rewritten_loss, [wrt(p) for p in params] if wrt else params)
         for stand_in, grad in zip(group, grads):

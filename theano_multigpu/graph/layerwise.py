@@ -13,12 +13,12 @@ pass crosses contexts where the forward did.
 Which tensors are layer calls is the caller's knowledge (the Keras
 adapter's): it passes ``layer_calls(roots)``, returning LayerCalls.
 """
-import theano
 from theano import gof
 
 from .gradients import real_gradients, stand_ins_in
 from .placed import PlacedVariable, placed_replacements
 from .plan import current_plan, plan_layers
+from .replace import replaced
 from .transfer import on_context
 
 __all__ = ['LayerCall', 'rewrite', 'LayerwiseFunction']
@@ -147,8 +147,7 @@ def rewrite(inputs, outputs, updates, mesh, batch_rows, layer_calls):
                                  on_context(rewritten[id(read)], context, came_from=source))
             elif id(read) in input_ids and read.ndim >= 1:
                 replace[read] = on_context(read, context)
-        for tensor, new in zip(call.outputs,
-                               theano.clone(call.outputs, replace=replace, strict=False)):
+        for tensor, new in zip(call.outputs, replaced(call.outputs, replace)):
             rewritten[id(tensor)], located[id(tensor)] = new, context
 
     replace = placed_replacements(gof.graph.inputs(roots + losses))
@@ -165,7 +164,7 @@ def rewrite(inputs, outputs, updates, mesh, batch_rows, layer_calls):
                     and variable.ndim >= 1):
                 replace[variable] = on_context(variable, output_context)
     replace.update(real_gradients(stand_ins, replace, wrt=_on_its_context))
-    new_roots = theano.clone(roots, replace=replace, strict=False)
+    new_roots = replaced(roots, replace)
     left = [v for v in gof.graph.inputs(new_roots) if isinstance(v, PlacedVariable)]
     if left:
         raise RuntimeError(

@@ -14,6 +14,7 @@ import theano
 from theano import gof, tensor
 
 from ..graph.gradients import by_loss, host_gradient
+from ..graph.replace import replaced
 from ..graph.rows import slice_bounds
 from .ops import AllGatherRows, AllReduceSum
 from .world import world
@@ -82,8 +83,7 @@ def data_parallel_gradients(stand_ins, replace):
     """
     through, direct, order, gathered = [], [], [], []
     for loss, group in by_loss(stand_ins).items():
-        rewritten = theano.clone(loss, replace=replace, strict=False)
-        # theano.clone copies the replacements' graphs too: find the copies.
+        rewritten = replaced([loss], replace)[0]
         cut = [out for node in gof.graph.io_toposort(gof.graph.inputs([rewritten]), [rewritten])
                if isinstance(node.op, AllGatherRows) for out in node.outputs]
         params = [s.tag.multigpu_gradient.param for s in group]
