@@ -19,7 +19,7 @@ test: setup
 # Keras 1.2.2's layers, objectives, metrics, activations, optimizers,
 # constraints, regularizers and backend functions on the CPU, one context,
 # batch-wise and layer-wise, and Keras 1.0.1's layers (about 30 minutes from
-# a cold cache; make test runs the CPU and one context alone).
+# a cold cache; make test runs the CPU and layer-wise alone).
 sweep: setup
 	SWEEP=1 $(PYTHON) -m pytest -p no:cacheprovider tests/test_sweep.py $(PYTEST_ARGS)
 
