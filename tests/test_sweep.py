@@ -23,9 +23,12 @@ from conftest import CHILDREN, KERAS_101, ONE, TWO, needs_pocl, run_python, side
 pytestmark = needs_pocl
 
 # {configuration: (THEANO_FLAGS, Keras 1.0.1 rather than 1.2.2)}
-CONFIGURATIONS = {'cpu': ('device=cpu', False), 'one': (ONE, False), 'batch': (TWO, False),
-                  'layer': (TWO + ',multigpu.mode=layer', False),
-                  '1.0.1 cpu': ('device=cpu', True), '1.0.1 batch': (TWO, True)}
+# On two contexts, an op that runs away from its data (the placement check)
+# fails the run too.
+CHECKED = TWO + ',multigpu.check=error'
+CONFIGURATIONS = {'cpu': ('device=cpu', False), 'one': (ONE, False), 'batch': (CHECKED, False),
+                  'layer': (CHECKED + ',multigpu.mode=layer', False),
+                  '1.0.1 cpu': ('device=cpu', True), '1.0.1 batch': (CHECKED, True)}
 # Side by side, two at a time; the later ones find the compiled modules and
 # kernels of the earlier in the caches.
 ALL_PHASES = [['cpu', 'layer'], ['one', 'batch'], ['1.0.1 cpu', '1.0.1 batch']]

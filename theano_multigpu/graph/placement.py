@@ -18,6 +18,7 @@ import sys
 
 from theano.compile.ops import Shape, Shape_i
 from theano.scalar import Second
+from theano.scan_module.scan_op import Scan
 from theano.gpuarray.type import GpuArrayType
 
 from ..errors import PlacementError
@@ -39,9 +40,14 @@ def context_of(variable, mesh):
 
 
 def heavy_nodes(fgraph):
-    """The nodes of ``fgraph`` whose op is one of HEAVY_OPS, in order."""
+    """The nodes of ``fgraph`` whose op is one of HEAVY_OPS, in order; a
+    Scan only when its steps compute floats: one that steps over booleans
+    or integers (the sweep's masked recurrent layers compile one that
+    reduces each step of the mask) is bookkeeping, not a layer's work."""
     return [node for node in fgraph.toposort()
-            if any(h in type(node.op).__name__ for h in HEAVY_OPS)]
+            if any(h in type(node.op).__name__ for h in HEAVY_OPS)
+            and (not isinstance(node.op, Scan)
+                 or any(v.dtype.startswith('float') for v in node.op.outputs))]
 
 
 def heavy_op_counts(fgraph, mesh):
