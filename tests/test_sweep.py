@@ -9,7 +9,7 @@ under Keras 1.0.1, on the CPU and batch-wise on two contexts.
 
 It compiles one large model six times, about 30 minutes from a cold
 cache.  ``make test`` runs the first phase, the CPU and layer-wise on two
-contexts side by side (about 10 minutes cold): every kernel the sweep
+contexts side by side (about 11 minutes cold): every kernel the sweep
 builds, on one context or the other, and the layer-wise rewrite of every
 layer, checked against the CPU.  ``make sweep`` (SWEEP=1) runs all three.
 """

@@ -16,6 +16,7 @@ compute from constants and shapes alone, and may run anywhere).
 """
 import sys
 
+from theano import gof
 from theano.compile.ops import Shape, Shape_i
 from theano.scalar import Second
 from theano.scan_module.scan_op import Scan
@@ -46,8 +47,12 @@ def heavy_nodes(fgraph):
     reduces each step of the mask) is bookkeeping, not a layer's work."""
     return [node for node in fgraph.toposort()
             if any(h in type(node.op).__name__ for h in HEAVY_OPS)
-            and (not isinstance(node.op, Scan)
-                 or any(v.dtype.startswith('float') for v in node.op.outputs))]
+            and (not isinstance(node.op, Scan) or _computes_floats(node.op))]
+
+
+def _computes_floats(scan):
+    return any(getattr(v, 'dtype', '').startswith('float')
+               for v in gof.graph.variables(scan.inputs, scan.outputs))
 
 
 def heavy_op_counts(fgraph, mesh):
