@@ -30,6 +30,7 @@ setup(
     long_description=open(os.path.join(HERE, 'README.rst')).read(),
     long_description_content_type='text/x-rst',
     packages=find_packages(include=['theano_multigpu', 'theano_multigpu.*']),
+    package_data={'theano_multigpu.compat': ['scan_loop.pyx']},
     py_modules=['_theano_multigpu_startup'],
     cmdclass={'build_py': build_py_with_pth},
     python_requires='>=3.8',
@@ -40,6 +41,8 @@ setup(
         'keras>=1.0.1,<2',
         'h5py',
         'pyyaml',
+        # Scan's compiled loop is built with it at first use.
+        'cython>=3.0',
     ],
     extras_require={'mpi': ['mpi4py']},
     entry_points={'console_scripts': ['theano-multigpu = theano_multigpu.__main__:main']},

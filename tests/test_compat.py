@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from conftest import needs_pocl, run_python
+from conftest import CHILDREN, needs_pocl, run_python
 
 CONFIGS = {
     'shim': dict(backend='theano_multigpu', extra_env={}),
@@ -168,7 +168,7 @@ def test_removed_names_work_in_a_keras_model(home, config):
 
 # 3. Recurrent layers (Scan) --------------------------------------------
 
-def test_recurrent_layers_train_with_scans_python_loop(home, config):
+def test_recurrent_layers_train_with_the_compiled_scan_loop(home, config):
     out = run(home, config, '''
         from keras.models import Sequential
         from keras.layers import SimpleRNN, GRU, LSTM, Dense
@@ -189,13 +189,60 @@ def test_recurrent_layers_train_with_scans_python_loop(home, config):
                 for t in range(5):
                     h = np.tanh(x[:, t].dot(W) + h.dot(U) + b)
                 error = float(np.abs(model.predict(x) - (h.dot(V) + c)).max())
-        report(losses=losses, rnn_error=error,
+        from theano_multigpu.compat import compiled_scan
+        report(losses=losses, rnn_error=error, loop=compiled_scan.loop_description(),
                scan_ext=repr(sys.modules.get('theano.scan_module.scan_perform_ext', 'absent')))
     ''')
-    assert out['scan_ext'] == 'None'   # Scan.execute, Theano's Python loop, ran
+    assert out['scan_ext'] == 'None'   # not Theano's loop, which fails to build,
+    assert out['loop'].startswith('compiled (Cython, ')  # but the project's
     assert out['rnn_error'] < 1e-5     # and computed what numpy computes
     for name, losses in out['losses'].items():
         assert losses[-1] < 0.75 * losses[0], (name, losses)  # measured: 0.41 to 0.51
+
+
+def test_every_recurrent_layer_gives_the_same_numbers_with_either_scan_loop(home):
+    """tests/children/scan_loops.py: SimpleRNN, GRU and LSTM (each
+    consume_less mode) with a mask, go_backwards, return_sequences,
+    stacking, dropout in the step, stateful layers and TimeDistributed, in
+    one model; three training steps and a prediction with the compiled loop
+    and with the Python loop from the same state are equal bit for bit.
+    (On contexts: tests/test_sweep.py, every configuration.)"""
+    result = run_python(home, args=[os.path.join(CHILDREN, 'scan_loops.py')], timeout=900)
+    line = [l for l in result.stdout.splitlines() if l.startswith('RESULT ')][-1]
+    out = json.loads(line[len('RESULT '):])
+    assert out['loop'].startswith('compiled (Cython, '), out['loop']
+    assert out['calls']['compiled'] >= 9 and out['calls']['python'] == 0, out['calls']
+    assert out['weights_moved'] > 0   # every weight trained
+    assert out['arrays'] >= 40 and out['unequal_arrays'] == 0, out
+    assert out['losses']['compiled'] == out['losses']['python']
+
+
+@pytest.mark.parametrize('why,flags,hide_cython', [
+    ('Cython is not installed', '', True),
+    ('Theano has no C++ compiler', 'cxx=', False)])
+def test_scan_runs_its_python_loop_after_one_warning_when_the_compiled_one_cannot_build(
+        home, why, flags, hide_cython):
+    out = run(home, 'shim', flags=flags, code='''
+        import warnings
+        if %r:
+            sys.modules['Cython'] = None   # import Cython fails
+        import theano, theano.tensor as T
+        from theano_multigpu.compat import compiled_scan
+        x = T.fmatrix()
+        sums, _ = theano.scan(lambda row, total: total + row, sequences=x,
+                              outputs_info=T.zeros_like(x[0]))
+        f = theano.function([x], sums)
+        a = np.arange(12, dtype='float32').reshape(4, 3)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            results = [f(a).tolist() for _ in range(3)]
+        report(results=results, right=a.cumsum(0).tolist(), loop=compiled_scan.loop_description(),
+               warnings=[str(w.message) for w in caught if 'scan' in str(w.message).lower()])
+    ''' % hide_cython)
+    assert out['results'] == [out['right']] * 3
+    assert len(out['warnings']) == 1, out['warnings']
+    assert 'Scan runs its Python loop' in out['warnings'][0] and why in out['warnings'][0]
+    assert out['loop'].startswith('Python, the compiled loop is not available: ' + why)
 
 
 @needs_pocl

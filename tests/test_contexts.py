@@ -336,6 +336,16 @@ def test_info_without_contexts(home):
     assert result.returncode == 0, result.stderr
     assert '(none: THEANO_FLAGS contexts is unset; Theano device=cpu)' in result.stdout
     assert re.search(r'^  effective mode +single$', result.stdout, re.M)
+    assert re.search(r'^  scan loop in use +compiled \(Cython, .*theano_multigpu_scan_loop',
+                     result.stdout, re.M), result.stdout
+
+
+def test_info_says_which_scan_loop_runs_when_python_is_chosen(home):
+    result = info(home, flags='multigpu.scan_loop=python')
+    assert result.returncode == 0, result.stderr
+    assert re.search(r'^  multigpu.scan_loop +python$', result.stdout, re.M)
+    assert re.search(r'^  scan loop in use +Python \(multigpu.scan_loop=python\)$',
+                     result.stdout, re.M)
 
 
 def test_info_without_pygpu(home, no_pygpu):
@@ -350,6 +360,7 @@ def test_info_without_pygpu(home, no_pygpu):
     ('contexts=dev0', "received contexts='dev0' (entry 'dev0')"),
     ('multigpu.mode=batch', 'needs at least 2 contexts, but THEANO_FLAGS contexts is unset'),
     ('floatX=float99', 'Invalid value ("float99") for configuration variable "floatX"'),
+    ('multigpu.scan_loop=c', "multigpu.scan_loop expects one of compiled/python, but received 'c'"),
 ])
 def test_info_on_a_bad_configuration_exits_non_zero_with_the_reason(home, flags, reason):
     result = info(home, flags=flags)

@@ -9,7 +9,9 @@ release has.
     python keras_sweep.py OUT.npz
 
 Writes the weights after the step (w0, w1, ...), the step's losses, and
-the predictions before and after it.  Few functions compile: one train and
+the predictions before and after it; then the same step, from the same
+state, with Scan's Python loop (python_loop/...), and how often the
+compiled loop ran in each (scan_calls/...).  Few functions compile: one train and
 one predict function for the whole sweep.  Random layers (Dropout,
 GaussianNoise, GaussianDropout, SpatialDropout) draw their noise in
 training; their rates are 0 so that every configuration computes the same
@@ -265,17 +267,53 @@ def _targets(kind, units, rng):
     return rng.randn(ROWS, units).astype('float32')
 
 
+def _shared_variables():
+    import gc
+    import theano
+    return [v for v in gc.get_objects() if isinstance(v, theano.compile.SharedVariable)]
+
+
+def _counting_compiled_scan_calls():
+    """A counter of the compiled scan loop's calls."""
+    from theano_multigpu.compat import compiled_scan
+    compiled = compiled_scan.compiled_execute()
+    assert compiled is not None, compiled_scan.loop_description()
+    counter = {'calls': 0}
+
+    def counting(*args):
+        counter['calls'] += 1
+        return compiled(*args)
+    compiled_scan._loaded['execute'] = counting
+    return counter
+
+
 def main():
+    import theano
     out = sys.argv[1]
+    counter = _counting_compiled_scan_calls()
     model, inputs, targets = build()
     results = {}
     for k, p in enumerate(model.predict(inputs, batch_size=ROWS)):
         results['before/%d' % k] = p
+    model._make_train_function()
+    variables = _shared_variables()
+    start = [v.get_value() for v in variables]
+    counter['calls'] = 0
     results['losses'] = np.array(model.train_on_batch(inputs, targets), 'float64')
+    results['scan_calls/compiled'] = np.array(counter['calls'])
     for k, w in enumerate(model.get_weights()):
         results['w%d' % k] = w
     for k, p in enumerate(model.predict(inputs, batch_size=ROWS)):
         results['after/%d' % k] = p
+    # The same step from the same state with Scan's Python loop.
+    for variable, value in zip(variables, start):
+        variable.set_value(value)
+    theano.config.multigpu.scan_loop = 'python'
+    counter['calls'] = 0
+    results['python_loop/losses'] = np.array(model.train_on_batch(inputs, targets), 'float64')
+    results['scan_calls/python'] = np.array(counter['calls'])
+    for k, w in enumerate(model.get_weights()):
+        results['python_loop/w%d' % k] = w
     np.savez(out, **results)
     import keras
     print('sweep under Keras %s: %d weights, %d losses and metrics'

@@ -12,6 +12,7 @@ from .. import importhook
 from ..config.mpi_environment import launched_by_mpi
 from ..config.settings import CONFIGPARSER
 from ..patch_targets import Parameters, SourceDigest
+from . import compiled_scan, scan_buffers
 
 __all__ = ['install', 'default_blas_ldflags']
 
@@ -89,28 +90,15 @@ def _fix_cop_cache_version(op_module):
     op_module.COp.c_code_cache_version = _stable_cop_cache_version
 
 
-def _device_address(array):
-    """Where a GpuArray's data starts, on any kind of context (pygpu's
-    ``gpudata`` answers for CUDA arrays only)."""
-    return (array.base_data, array.offset)
-
-
-def _rotate_left(buffer, shift, buffer_type):
-    """``buffer[:] = roll(buffer, -shift, axis=0)`` through a temporary, so no
-    copy reads and writes overlapping parts of one buffer (OpenCL refuses
-    those: "Memory copy overlap")."""
-    length = buffer.shape[0]
-    rotated = buffer_type.value_zeros(buffer.shape)
-    rotated[:length - shift] = buffer[shift:]
-    rotated[length - shift:] = buffer[:shift]
-    buffer[:] = rotated
-
-
 # Edits of Theano 1.0.5's Scan.execute (checked by SCAN_EXECUTE first):
 # (pattern, replacement, matches).
 _SCAN_EDITS = [
     # pygpu's gpudata raises "This is for CUDA arrays." on OpenCL.
     (r'\b(\w+)\.gpudata\b', r'_theano_multigpu_device_address(\1)', 5),
+    # An ndarray's ``data`` is a memoryview, and ``==`` compared the
+    # contents of two outputs, element by element, twice per output and
+    # step; compare where the data starts, as for GpuArrays.
+    (r'\b(var|new_var)\.data\b', r'_theano_multigpu_host_address(\1)', 5),
     # The ring-buffer reordering copies between overlapping halves when the
     # buffer length is odd.
     (r'( *)pdx = pos\[idx\]\n.*?del tmp\n.*?del tmp\n',
@@ -120,22 +108,24 @@ _SCAN_EDITS = [
 
 
 def _fix_scan_on_opencl(scan_op_module):
-    """Scan's Python loop (the one Python 3.11 runs) fails on OpenCL
-    contexts, so every recurrent layer did; recompile ``Scan.execute`` with
-    the edits in _SCAN_EDITS.  CPU numbers are unchanged (copies only)."""
+    """Scan's Python loop failed on OpenCL contexts, so every recurrent
+    layer did; recompile ``Scan.execute`` with the edits in _SCAN_EDITS
+    (CPU numbers are unchanged: copies only).  Scan then runs the compiled
+    loop (``compiled_scan``), and this one where that cannot be built."""
     execute = SCAN_EXECUTE.check(scan_op_module.Scan.execute)
     lines, first_line = inspect.getsourcelines(execute)
     source = textwrap.dedent(''.join(lines))
     for pattern, replacement, expected in _SCAN_EDITS:
         source, found = re.subn(pattern, replacement, source, flags=re.DOTALL)
         assert found == expected, (pattern, found)   # the digest matched
-    scan_op_module._theano_multigpu_device_address = _device_address
-    scan_op_module._theano_multigpu_rotate_left = _rotate_left
+    scan_op_module._theano_multigpu_device_address = scan_buffers.device_address
+    scan_op_module._theano_multigpu_rotate_left = scan_buffers.rotate_left
+    scan_op_module._theano_multigpu_host_address = scan_buffers.host_address
     code = compile('\n' * (first_line - 1) + source,
                    inspect.getsourcefile(execute), 'exec')
     namespace = {}
     exec(code, scan_op_module.__dict__, namespace)
-    scan_op_module.Scan.execute = namespace['execute']
+    scan_op_module.Scan.execute = compiled_scan.scan_execute(namespace['execute'])
 
 
 def _fix_round_on_opencl(scalar_module):
@@ -235,6 +225,5 @@ def install():
     importhook.after_import('theano.scalar.basic', _fix_round_on_opencl)
     # Scan's pre-generated Cython C file does not compile on Python 3.11
     # (longintrepr.h, PyCode_New).  With this module unimportable, Scan
-    # runs its inner loop in Python (Scan.execute), as Theano does without
-    # a C compiler.
+    # calls Scan.execute, which runs the project's compiled loop.
     sys.modules.setdefault('theano.scan_module.scan_perform_ext', None)

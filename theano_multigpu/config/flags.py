@@ -7,13 +7,14 @@ import re
 
 from ..errors import ConfigurationError
 
-__all__ = ['MODES', 'CHECK_ACTIONS', 'BATCHNORM_MODES', 'NAME_RE', 'parse_contexts_flag',
+__all__ = ['MODES', 'CHECK_ACTIONS', 'BATCHNORM_MODES', 'SCAN_LOOPS', 'NAME_RE', 'parse_contexts_flag',
            'format_contexts', 'parse_name_list', 'parse_size', 'format_bytes',
            'parse_device_memory', 'parse_layer_map']
 
 MODES = ('auto', 'batch', 'layer')
 CHECK_ACTIONS = ('warn', 'error', 'off')
 BATCHNORM_MODES = ('sync', 'local')
+SCAN_LOOPS = ('compiled', 'python')
 
 _DEVICE_RE = re.compile(r'^(cuda\d*|opencl\d+:\d+)$')
 NAME_RE = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*$')

@@ -14,8 +14,9 @@ import sys
 from ..errors import ConfigurationError
 from ..patch_targets import Attributes
 from . import devices, mesh
-from .flags import (BATCHNORM_MODES, CHECK_ACTIONS, MODES, NAME_RE, format_contexts,
-                    parse_contexts_flag, parse_device_memory, parse_layer_map, parse_name_list)
+from .flags import (BATCHNORM_MODES, CHECK_ACTIONS, MODES, NAME_RE, SCAN_LOOPS,
+                    format_contexts, parse_contexts_flag, parse_device_memory, parse_layer_map,
+                    parse_name_list)
 
 __all__ = ['LEGACY_FLAGS', 'translate_legacy_value', 'contexts_flag_value',
            'on_theano_configparser']
@@ -47,6 +48,7 @@ def _filter_choice(flag, choices, example):
 _filter_mode = _filter_choice('multigpu.mode', MODES, 'batch')
 _filter_check = _filter_choice('multigpu.check', CHECK_ACTIONS, 'error')
 _filter_batchnorm = _filter_choice('multigpu.batchnorm', BATCHNORM_MODES, 'local')
+_filter_scan_loop = _filter_choice('multigpu.scan_loop', SCAN_LOOPS, 'python')
 
 
 def _filter_names(flag):
@@ -96,6 +98,11 @@ def _register_settings(configparser):
         "(of the whole batch, as on one device) or 'local' (of each context's "
         "rows: no wait for the other contexts, other numbers).",
         Param('sync', filter=_filter_batchnorm), in_c_key=False)
+    add('multigpu.scan_loop',
+        "Scan's loop (recurrent layers): 'compiled' (built with Cython at first "
+        "use; the Python loop, with a warning, where it cannot be built) or "
+        "'python'.  The same numbers either way.",
+        Param('compiled', filter=_filter_scan_loop), in_c_key=False)
     add('multigpu.mpi_shared_memory',
         'Under MPI: ranks on one machine sum their gradients in shared memory '
         '(an MPI-3 window), and one rank per machine with MPI Allreduce; False: '

@@ -21,6 +21,7 @@ def collect():
     """Everything ``info`` prints, as a dict (imports Theano, not Keras)."""
     import numpy
     import theano
+    from ..compat import compiled_scan
     from ..config import devices, mesh as mesh_module
     from ..config.mpi_environment import world_size
     facts = {
@@ -56,6 +57,8 @@ def collect():
         'multigpu.device_memory': theano.config.multigpu.device_memory or '(free memory)',
         'multigpu.batchnorm': theano.config.multigpu.batchnorm,
         'multigpu.mpi_shared_memory': theano.config.multigpu.mpi_shared_memory,
+        'multigpu.scan_loop': theano.config.multigpu.scan_loop,
+        'scan loop in use': compiled_scan.loop_description(),
         'effective mode': mesh.mode,
         'MPI ranks': world_size(),
         'blas.ldflags': theano.config.blas.ldflags,

@@ -1,0 +1,155 @@
+"""Scan's compiled loop (``scan_loop.pyx``): built with Cython 3 at first
+use into Theano's compile cache, loaded from there afterwards.  Where it
+cannot be built, Scan runs its Python loop, after one warning that says
+why.  ``multigpu.scan_loop=python`` chooses the Python loop.
+"""
+import hashlib
+import os
+import subprocess
+import sys
+import time
+import warnings
+
+__all__ = ['SOURCE', 'CYTHON_REQUIREMENT', 'ScanLoopUnavailable', 'compiled_execute',
+           'loop_description', 'scan_execute']
+
+SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'scan_loop.pyx')
+MODULE_NAME = 'scan_loop'
+CYTHON_REQUIREMENT = 'cython>=3.0'
+# Cython's C++ takes minutes at most; a build that runs longer has hung.
+BUILD_TIMEOUT_S = 900
+
+_loaded = {}  # 'execute' and 'directory', or 'why'
+
+
+class ScanLoopUnavailable(RuntimeError):
+    """The compiled loop could not be built or loaded."""
+
+
+def _compile_flags():
+    from theano.gof import cmodule
+    return cmodule.GCC_compiler.compile_args() + ['-O2', '-fwrapv', '-fno-strict-aliasing']
+
+
+def build_directory():
+    """Where this source, built by this Cython with these flags, lives in
+    Theano's compile cache."""
+    import Cython
+    import numpy
+    import theano
+    key = hashlib.sha256()
+    with open(SOURCE, 'rb') as source:
+        key.update(source.read())
+    key.update(('\0'.join([Cython.__version__, numpy.__version__, sys.version]
+                          + _compile_flags())).encode())
+    return os.path.join(theano.config.compiledir, 'theano_multigpu_scan_loop',
+                        key.hexdigest()[:16])
+
+
+def _cythonize(directory):
+    """scan_loop.pyx -> C++ in ``directory``; its path."""
+    target = os.path.join(directory, MODULE_NAME + '.cpp')
+    try:
+        result = subprocess.run(
+            [sys.executable, '-m', 'cython', '-3', '--cplus', '-o', target, SOURCE],
+            capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError) as error:
+        raise ScanLoopUnavailable('Cython did not run: %s' % error)
+    if result.returncode != 0:
+        raise ScanLoopUnavailable('Cython failed on %s:\n%s'
+                                  % (SOURCE, (result.stderr or result.stdout)[-2000:]))
+    return target
+
+
+def _build(directory):
+    """Build the module into ``directory``; the module."""
+    import numpy
+    from theano.gof import cmodule
+    os.makedirs(directory, exist_ok=True)
+    sys.stderr.write('theano_multigpu: building Scan\'s compiled loop (once) into %s\n'
+                     % directory)
+    started = time.time()
+    generated = _cythonize(directory)
+    with open(generated) as cpp:
+        code = cpp.read()
+    os.remove(generated)  # Theano keeps its own copy, mod.cpp
+    try:
+        module = cmodule.GCC_compiler.compile_str(
+            MODULE_NAME, code, location=directory, include_dirs=[numpy.get_include()],
+            preargs=_compile_flags(), hide_symbols=False)
+    except Exception as error:
+        raise ScanLoopUnavailable('the C++ compiler failed: %s' % str(error)[-2000:])
+    with open(os.path.join(directory, 'built'), 'w') as marker:
+        marker.write('%.1f s\n' % (time.time() - started))
+    return module
+
+
+def _load():
+    """The compiled module: loaded from the cache, or built there first."""
+    try:
+        import Cython  # noqa: F401
+    except ImportError:
+        raise ScanLoopUnavailable('Cython is not installed (pip install "%s")'
+                                  % CYTHON_REQUIREMENT)
+    import theano
+    from theano.gof import cmodule, compilelock
+    if not theano.config.cxx:
+        raise ScanLoopUnavailable('Theano has no C++ compiler (the cxx flag is empty)')
+    directory = build_directory()
+    library = os.path.join(directory, MODULE_NAME + '.' + cmodule.get_lib_extension())
+    if not os.path.exists(os.path.join(directory, 'built')):
+        compilelock.get_lock()
+        try:
+            if not os.path.exists(os.path.join(directory, 'built')):
+                return _build(directory), directory
+        finally:
+            compilelock.release_lock()
+    try:
+        return cmodule.dlimport(library), directory
+    except Exception as error:
+        raise ScanLoopUnavailable('%s did not load: %s' % (library, error))
+
+
+def compiled_execute():
+    """The compiled ``execute(op, node, args, outs)``, or None (after one
+    warning naming the reason) when it cannot be had."""
+    if not _loaded:
+        try:
+            module, directory = _load()
+            _loaded.update(execute=module.execute, directory=directory)
+        except ScanLoopUnavailable as error:
+            _loaded['why'] = str(error)
+            warnings.warn(
+                "theano_multigpu: Scan runs its Python loop (recurrent layers train, "
+                "slower), because its compiled loop is not available: %s" % error,
+                RuntimeWarning, stacklevel=3)
+    return _loaded.get('execute')
+
+
+def _chosen_loop():
+    import theano
+    try:
+        return theano.config.multigpu.scan_loop
+    except AttributeError:  # the fixes alone (THEANO_MULTIGPU_COMPAT=1)
+        return 'compiled'
+
+
+def loop_description():
+    """Which loop Scan runs, and why, for ``info``."""
+    if _chosen_loop() == 'python':
+        return 'Python (multigpu.scan_loop=python)'
+    if compiled_execute() is None:
+        return 'Python, the compiled loop is not available: %s' % _loaded['why']
+    return 'compiled (Cython, %s)' % _loaded['directory']
+
+
+def scan_execute(python_execute):
+    """``Scan.execute``: the compiled loop, or ``python_execute``."""
+    def execute(self, node, args, outs):
+        if _chosen_loop() == 'compiled':
+            compiled = compiled_execute()
+            if compiled is not None:
+                return compiled(self, node, args, outs)
+        return python_execute(self, node, args, outs)
+    execute.python_execute = python_execute
+    return execute
