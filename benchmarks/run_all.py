@@ -12,6 +12,7 @@ import mpi  # noqa: E402
 import one_context  # noqa: E402
 import scan_cost  # noqa: E402
 import startup  # noqa: E402
+import window_sync  # noqa: E402
 
 
 def main():
@@ -24,6 +25,7 @@ def main():
     batchnorm.main([])
     layerwise.main([])
     mpi.main([])
+    window_sync.main([])
     print('figures written to benchmarks/results.json and benchmarks/results.md')
 
 

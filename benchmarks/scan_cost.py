@@ -130,10 +130,11 @@ def main(argv=None):
             spent = dict((key, median(values) * 1e3)
                          for key, values in out['compiled_spent'].items())
             detail = dict(('%s_ms' % key, round(value, 3)) for key, value in ms.items())
+            bookkeeping, rest = spent['execute'] - spent['inner'], ms['compiled'] - spent['execute']
             detail.update(timesteps=args.timesteps, steps_each=args.steps,
                           compiled_step_inner_function_ms=round(spent['inner'], 3),
-                          compiled_step_loop_bookkeeping_ms=round(spent['execute'] - spent['inner'], 3),
-                          compiled_step_rest_of_graph_ms=round(ms['compiled'] - spent['execute'], 3))
+                          compiled_step_loop_bookkeeping_ms=round(bookkeeping, 3),
+                          compiled_step_rest_of_graph_ms=round(rest, 3))
             where = 'CPU' if configuration == 'cpu' else 'one pocl context'
             print('%s(64) over %d timesteps, batch 64, %s: compiled loop %.1f ms, Python loop '
                   '%.1f ms%s per step (median of %d each)'
@@ -148,8 +149,7 @@ def main(argv=None):
                       'step: inner function %.1f ms, loop bookkeeping %.2f ms, rest of the '
                       'graph %.1f ms'
                       % (ms['compiled'] / ms['unrolled'], ms['python'] / ms['unrolled'],
-                         spent['inner'], spent['execute'] - spent['inner'],
-                         ms['compiled'] - spent['execute']))
+                         spent['inner'], bookkeeping, rest))
                 figures.append(_figure(prefix + 'step time, scan (compiled loop) over unrolled',
                                        ms['compiled'] / ms['unrolled'], detail,
                                        goal=GOAL if layer == 'LSTM' else ''))

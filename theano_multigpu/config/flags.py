@@ -7,7 +7,8 @@ import re
 
 from ..errors import ConfigurationError
 
-__all__ = ['MODES', 'CHECK_ACTIONS', 'BATCHNORM_MODES', 'SCAN_LOOPS', 'NAME_RE', 'parse_contexts_flag',
+__all__ = ['MODES', 'CHECK_ACTIONS', 'BATCHNORM_MODES', 'SCAN_LOOPS', 'NAME_RE',
+           'parse_contexts_flag',
            'format_contexts', 'parse_name_list', 'parse_size', 'format_bytes',
            'parse_device_memory', 'parse_layer_map']
 

@@ -20,7 +20,10 @@ class FusedSum(object):
     Ranks on one machine copy their arrays into their slot of an MPI-3
     shared-memory window, each sums its chunk of the slots into slot 0, and
     all read slot 0: MPI's own Allreduce between processes on one machine
-    costs several times that.  Between machines, one rank per machine
+    costs several times that.  Between the steps, Win_sync and a barrier
+    make one rank's writes visible to the others, as MPI-3 specifies for
+    any memory model (a barrier alone is enough on x86, not everywhere).
+    Between machines, one rank per machine
     (its leader) sums slot 0 with MPI Allreduce.  With ``shared_memory``
     off every rank is its own leader: MPI Allreduce alone.
     """
@@ -44,20 +47,29 @@ class FusedSum(object):
         offsets = np.cumsum([0] + [a.size for a in arrays])
         for a, start, stop in zip(arrays, offsets[:-1], offsets[1:]):
             slots[node_rank][start:stop] = a.ravel()
-        self.node.Barrier()
+        self._synchronise()
         lo, hi = slice_bounds(count, node_size)[node_rank]
         total = slots[0][lo:hi]
         for slot in slots[1:]:
             np.add(total, slot[lo:hi], out=total)
         if self.leaders is not None:
-            self.node.Barrier()
+            self._synchronise()
             self.leaders.Allreduce(MPI.IN_PLACE, slots[0], op=MPI.SUM)
-        self.node.Barrier()
+        self._synchronise()
         sums = [slots[0][start:stop].reshape(a.shape).copy()
                 for a, start, stop in zip(arrays, offsets[:-1], offsets[1:])]
         # Slot 0 is rewritten by the next call: not before every rank read it.
-        self.node.Barrier()
+        self._synchronise()
         return sums
+
+    def _synchronise(self):
+        """What each rank of the machine wrote into the window before is
+        seen by every rank after, as MPI-3 specifies for shared memory
+        (inside the window's passive-target epoch): Win_sync, a barrier,
+        Win_sync."""
+        self.window.Sync()
+        self.node.Barrier()
+        self.window.Sync()
 
     def _slot(self, q, count, dtype):
         """Rank ``q``'s slot (on this machine) as ``count`` items of ``dtype``."""
@@ -72,6 +84,7 @@ class FusedSum(object):
         rank 0 (every rank of the machine calls this in the same call)."""
         from mpi4py import MPI
         if self.window is not None:
+            self.window.Unlock_all()
             self.window.Free()
         slot_bytes = -(-nbytes // 64) * 64
         size = slot_bytes * self.node.Get_size() if self.node.Get_rank() == 0 else 0
@@ -83,6 +96,8 @@ class FusedSum(object):
                 'summing gradients over the ranks on this machine, but MPI refused '
                 '(%s); make /dev/shm larger, or set THEANO_FLAGS=multigpu.mpi_shared_'
                 'memory=False to sum with MPI Allreduce alone' % (size, error))
+        # One passive-target epoch for the window's life: Win_sync needs one.
+        self.window.Lock_all(MPI.MODE_NOCHECK)
         self.slot_bytes = slot_bytes
 
 
