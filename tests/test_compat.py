@@ -204,27 +204,54 @@ def test_every_recurrent_layer_gives_the_same_numbers_with_either_scan_loop(home
     """tests/children/scan_loops.py: SimpleRNN, GRU and LSTM (each
     consume_less mode) with a mask, go_backwards, return_sequences,
     stacking, dropout in the step, stateful layers and TimeDistributed, in
-    one model; three training steps and a prediction with the compiled loop
-    and with the Python loop from the same state are equal bit for bit.
+    one model; three training steps with the compiled loop and with the
+    Python loop from the same state give the same losses and weights, bit
+    for bit.
     (On contexts: tests/test_sweep.py, every configuration.)"""
     result = run_python(home, args=[os.path.join(CHILDREN, 'scan_loops.py')], timeout=900)
     line = [l for l in result.stdout.splitlines() if l.startswith('RESULT ')][-1]
     out = json.loads(line[len('RESULT '):])
     assert out['loop'].startswith('compiled (Cython, '), out['loop']
-    assert out['calls']['compiled'] >= 9 and out['calls']['python'] == 0, out['calls']
+    assert out['calls']['compiled'] >= 6 and out['calls']['python'] == 0, out['calls']
     assert out['weights_moved'] > 0   # every weight trained
     assert out['arrays'] >= 40 and out['unequal_arrays'] == 0, out
     assert out['losses']['compiled'] == out['losses']['python']
 
 
-@pytest.mark.parametrize('why,flags,hide_cython', [
-    ('Cython is not installed', '', True),
-    ('Theano has no C++ compiler', 'cxx=', False)])
+def test_scans_keras_does_not_make_give_theanos_numbers_with_either_loop(home):
+    """tests/children/scan_cases.py: while loops (stopping early or not),
+    taps -3 and -1, outputs kept in part (ring buffers), scalar and vector
+    outputs per step, backwards, gradients (truncated, of several taps,
+    second order) and random updates inside the loop: the compiled loop
+    and the shim's Python loop give what Theano 1.0.5's own loop gives, bit
+    for bit, twice in a row."""
+    result = run_python(home, args=[os.path.join(CHILDREN, 'scan_cases.py')], timeout=900)
+    line = [l for l in result.stdout.splitlines() if l.startswith('RESULT ')][-1]
+    out = json.loads(line[len('RESULT '):])
+    assert out['compared'] == 13 and out['differ'] == [], out
+    assert out['compiled_calls'] >= 26, out
+
+
+# A Cython that fails: its command line exits with an error.
+BROKEN_CYTHON = {'Cython/__init__.py': "__version__ = '3-broken'\n",
+                 'cython.py': "import sys\nsys.exit('this Cython fails on purpose')\n"}
+
+
+@pytest.mark.parametrize('why,flags,cython', [
+    ('Cython is not installed', '', 'hidden'),
+    ('Theano has no C++ compiler', 'cxx=', 'installed'),
+    ('Cython failed on ', '', 'broken')])
 def test_scan_runs_its_python_loop_after_one_warning_when_the_compiled_one_cannot_build(
-        home, why, flags, hide_cython):
-    out = run(home, 'shim', flags=flags, code='''
+        home, why, flags, cython):
+    extra_env = {}
+    if cython == 'broken':
+        for name, text in BROKEN_CYTHON.items():
+            (home / 'broken' / name).parent.mkdir(parents=True, exist_ok=True)
+            (home / 'broken' / name).write_text(text)
+        extra_env['PYTHONPATH'] = str(home / 'broken')
+    out = run(home, 'shim', flags=flags, extra_env=extra_env, code='''
         import warnings
-        if %r:
+        if %r == 'hidden':
             sys.modules['Cython'] = None   # import Cython fails
         import theano, theano.tensor as T
         from theano_multigpu.compat import compiled_scan
@@ -238,10 +265,12 @@ def test_scan_runs_its_python_loop_after_one_warning_when_the_compiled_one_canno
             results = [f(a).tolist() for _ in range(3)]
         report(results=results, right=a.cumsum(0).tolist(), loop=compiled_scan.loop_description(),
                warnings=[str(w.message) for w in caught if 'scan' in str(w.message).lower()])
-    ''' % hide_cython)
+    ''' % cython)
     assert out['results'] == [out['right']] * 3
     assert len(out['warnings']) == 1, out['warnings']
     assert 'Scan runs its Python loop' in out['warnings'][0] and why in out['warnings'][0]
+    if cython == 'broken':
+        assert 'this Cython fails on purpose' in out['warnings'][0]
     assert out['loop'].startswith('Python, the compiled loop is not available: ' + why)
 
 

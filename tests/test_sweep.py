@@ -96,12 +96,13 @@ def test_several_contexts_equal_one(swept, key):
 def test_the_compiled_scan_loop_equals_the_python_loop(swept, key):
     """Every recurrent layer of the sweep (masked, backwards, bidirectional,
     convolutional), one step with each loop from the same state: the same
-    numbers, bit for bit, and the compiled loop ran in the first alone."""
+    losses and recurrent weights, bit for bit, and the compiled loop ran in
+    the first alone."""
     _runs(key)
     results = swept[key]
     assert results['scan_calls/compiled'] > 0 and results['scan_calls/python'] == 0
     python = [name for name in results if name.startswith('python_loop/')]
-    assert len(python) > 100
+    assert len(python) >= 30 and 'python_loop/losses' in python
     for name in python:
         np.testing.assert_array_equal(results[name], results[name[len('python_loop/'):]],
                                       err_msg=name)

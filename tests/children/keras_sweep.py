@@ -9,9 +9,10 @@ release has.
     python keras_sweep.py OUT.npz
 
 Writes the weights after the step (w0, w1, ...), the step's losses, and
-the predictions before and after it; then the same step, from the same
-state, with Scan's Python loop (python_loop/...), and how often the
-compiled loop ran in each (scan_calls/...).  Few functions compile: one train and
+the predictions before and after it, and the recurrent layers' weights
+(recurrent/...); then the same step, from the same state, with Scan's
+Python loop (its losses and recurrent layers' weights: python_loop/...),
+and how often the compiled loop ran in each (scan_calls/...).  Few functions compile: one train and
 one predict function for the whole sweep.  Random layers (Dropout,
 GaussianNoise, GaussianDropout, SpatialDropout) draw their noise in
 training; their rates are 0 so that every configuration computes the same
@@ -267,6 +268,12 @@ def _targets(kind, units, rng):
     return rng.randn(ROWS, units).astype('float32')
 
 
+# The layers whose weights' updates go through scans.  (The other weights'
+# need not be equal bit for bit between two runs on pocl: Embedding's
+# gradient there adds its rows with atomics, in no fixed order.)
+RECURRENT = ('SimpleRNN', 'GRU', 'LSTM', 'Bidirectional', 'ConvLSTM2D')
+
+
 def _shared_variables():
     import gc
     import theano
@@ -303,6 +310,10 @@ def main():
     results['scan_calls/compiled'] = np.array(counter['calls'])
     for k, w in enumerate(model.get_weights()):
         results['w%d' % k] = w
+    recurrent = [w for layer in model.layers if type(layer).__name__ in RECURRENT
+                 for w in layer.trainable_weights]
+    for k, w in enumerate(recurrent):
+        results['recurrent/%d' % k] = w.get_value()
     for k, p in enumerate(model.predict(inputs, batch_size=ROWS)):
         results['after/%d' % k] = p
     # The same step from the same state with Scan's Python loop.
@@ -312,8 +323,8 @@ def main():
     counter['calls'] = 0
     results['python_loop/losses'] = np.array(model.train_on_batch(inputs, targets), 'float64')
     results['scan_calls/python'] = np.array(counter['calls'])
-    for k, w in enumerate(model.get_weights()):
-        results['python_loop/w%d' % k] = w
+    for k, w in enumerate(recurrent):
+        results['python_loop/recurrent/%d' % k] = w.get_value()
     np.savez(out, **results)
     import keras
     print('sweep under Keras %s: %d weights, %d losses and metrics'

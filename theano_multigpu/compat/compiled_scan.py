@@ -5,9 +5,10 @@ why.  ``multigpu.scan_loop=python`` chooses the Python loop.
 """
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
-import time
+import tempfile
 import warnings
 
 __all__ = ['SOURCE', 'CYTHON_REQUIREMENT', 'ScanLoopUnavailable', 'compiled_execute',
@@ -62,26 +63,36 @@ def _cythonize(directory):
 
 
 def _build(directory):
-    """Build the module into ``directory``; the module."""
+    """Build the module into ``directory``, which appears whole or not at
+    all: built in a directory of its own beside it, then renamed (another
+    process building at the same moment wastes its work, nothing more)."""
     import numpy
     from theano.gof import cmodule
-    os.makedirs(directory, exist_ok=True)
-    sys.stderr.write('theano_multigpu: building Scan\'s compiled loop (once) into %s\n'
-                     % directory)
-    started = time.time()
-    generated = _cythonize(directory)
-    with open(generated) as cpp:
-        code = cpp.read()
-    os.remove(generated)  # Theano keeps its own copy, mod.cpp
+    parent = os.path.dirname(directory)
+    os.makedirs(parent, exist_ok=True)
+    building = tempfile.mkdtemp(prefix='building-', dir=parent)
     try:
-        module = cmodule.GCC_compiler.compile_str(
-            MODULE_NAME, code, location=directory, include_dirs=[numpy.get_include()],
-            preargs=_compile_flags(), hide_symbols=False)
-    except Exception as error:
-        raise ScanLoopUnavailable('the C++ compiler failed: %s' % str(error)[-2000:])
-    with open(os.path.join(directory, 'built'), 'w') as marker:
-        marker.write('%.1f s\n' % (time.time() - started))
-    return module
+        sys.stderr.write('theano_multigpu: building Scan\'s compiled loop (once) into %s\n'
+                         % directory)
+        generated = _cythonize(building)
+        with open(generated) as cpp:
+            code = cpp.read()
+        os.remove(generated)  # Theano keeps its own copy, mod.cpp
+        try:
+            cmodule.GCC_compiler.compile_str(
+                MODULE_NAME, code, location=building, include_dirs=[numpy.get_include()],
+                preargs=_compile_flags(), hide_symbols=False)
+        except Exception as error:
+            raise ScanLoopUnavailable('the C++ compiler failed: %s' % str(error)[-2000:])
+        if os.path.isdir(directory):   # a broken one (its library went missing)
+            shutil.rmtree(directory, ignore_errors=True)
+        try:
+            os.rename(building, directory)
+        except OSError:
+            if not os.path.isdir(directory):   # else another process's build won
+                raise
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
 
 
 def _load():
@@ -97,11 +108,11 @@ def _load():
         raise ScanLoopUnavailable('Theano has no C++ compiler (the cxx flag is empty)')
     directory = build_directory()
     library = os.path.join(directory, MODULE_NAME + '.' + cmodule.get_lib_extension())
-    if not os.path.exists(os.path.join(directory, 'built')):
-        compilelock.get_lock()
+    if not os.path.exists(library):
+        compilelock.get_lock()   # saves other processes the same build
         try:
-            if not os.path.exists(os.path.join(directory, 'built')):
-                return _build(directory), directory
+            if not os.path.exists(library):
+                _build(directory)
         finally:
             compilelock.release_lock()
     try:
@@ -116,13 +127,16 @@ def compiled_execute():
     if not _loaded:
         try:
             module, directory = _load()
-            _loaded.update(execute=module.execute, directory=directory)
-        except ScanLoopUnavailable as error:
-            _loaded['why'] = str(error)
+        except Exception as error:  # whatever stops the build, Scan still runs
+            why = str(error) if isinstance(error, ScanLoopUnavailable) else (
+                '%s: %s' % (type(error).__name__, error))
             warnings.warn(
                 "theano_multigpu: Scan runs its Python loop (recurrent layers train, "
-                "slower), because its compiled loop is not available: %s" % error,
+                "slower), because its compiled loop is not available: %s" % why,
                 RuntimeWarning, stacklevel=3)
+            _loaded['why'] = why
+        else:
+            _loaded.update(execute=module.execute, directory=directory)
     return _loaded.get('execute')
 
 
