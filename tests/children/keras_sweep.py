@@ -280,24 +280,11 @@ def _shared_variables():
     return [v for v in gc.get_objects() if isinstance(v, theano.compile.SharedVariable)]
 
 
-def _counting_compiled_scan_calls():
-    """A counter of the compiled scan loop's calls."""
-    from theano_multigpu.compat import compiled_scan
-    compiled = compiled_scan.compiled_execute()
-    assert compiled is not None, compiled_scan.loop_description()
-    counter = {'calls': 0}
-
-    def counting(*args):
-        counter['calls'] += 1
-        return compiled(*args)
-    compiled_scan._loaded['execute'] = counting
-    return counter
-
-
 def main():
     import theano
     out = sys.argv[1]
-    counter = _counting_compiled_scan_calls()
+    from scan_calls import count_compiled_calls
+    counter = count_compiled_calls()
     model, inputs, targets = build()
     results = {}
     for k, p in enumerate(model.predict(inputs, batch_size=ROWS)):

@@ -18,6 +18,8 @@ import theano.tensor as T
 from theano.sandbox.rng_mrg import MRG_RandomStreams
 from theano.scan_module import scan_op, until
 
+from scan_calls import count_compiled_calls
+
 
 def theanos_own_execute():
     """Scan.execute as Theano's source file has it."""
@@ -71,15 +73,7 @@ def cases(random_streams):
 
 
 def main():
-    from theano_multigpu.compat import compiled_scan
-    compiled = compiled_scan.compiled_execute()
-    assert compiled is not None, compiled_scan.loop_description()
-    counted = {'calls': 0}
-
-    def counting(*args):
-        counted['calls'] += 1
-        return compiled(*args)
-    compiled_scan._loaded['execute'] = counting
+    counted = count_compiled_calls()
     dispatch, own = scan_op.Scan.execute, theanos_own_execute()
     random_streams = MRG_RandomStreams(1)
     graphs = cases(random_streams)
