@@ -131,22 +131,38 @@ history = model.fit(x, y, batch_size=10, nb_epoch=2, verbose=1, callbacks=[
     ModelCheckpoint('best_%s.h5' % rank), CSVLogger('log_%s.csv' % rank)])
 model.save_weights('weights_%s.h5' % rank)
 model.save('model_%s.h5' % rank)
+# Right after the saves, every rank reads rank 0's files.
+from keras.models import load_model
+same = [all(np.array_equal(a, b) for a, b in zip(load_model(name).get_weights(),
+                                                 model.get_weights()))
+        for name in ('model_0.h5', 'best_0.h5')]
+model.load_weights('weights_0.h5')
 # A file per rank (the script's own writes happen on every rank): printed
 # lines of ranks can interleave.
-open('loss_%s.txt' % rank, 'w').write('%.6f' % history.history['loss'][-1])
+open('loss_%s.txt' % rank, 'w').write('%.6f %s %d' % (
+    history.history['loss'][-1], same, len(open('log_0.csv').read().splitlines())))
 """
 
 
-def test_rank_zero_alone_prints_progress_and_writes_files(home):
-    """Each rank asks for files named after itself: only rank 0's exist,
-    and one progress bar is printed; both ranks saw the same global loss."""
-    result = run_python(home, FIT_SCRIPT, ranks=2, timeout=900)
+@pytest.mark.parametrize('ranks,save_on', [(2, '0'), (3, 'all')])
+def test_rank_zero_alone_prints_progress_and_every_rank_reads_the_files_at_once(
+        home, ranks, save_on):
+    """Each rank asks for files named after itself: only rank 0's exist
+    (with multigpu.save_on=all, every rank's), and one progress bar is
+    printed; right after the saves every rank loads rank 0's files, which
+    are complete (the saves return once they are); every rank saw the same
+    global loss."""
+    result = run_python(home, FIT_SCRIPT, ranks=ranks, timeout=900,
+                        flags='multigpu.save_on=' + save_on)
     written = sorted(f for f in os.listdir(str(home)) if f.endswith(('.h5', '.csv')))
-    assert written == ['best_0.h5', 'log_0.csv', 'model_0.h5', 'weights_0.h5']
+    writers = range(ranks) if save_on == 'all' else [0]
+    assert written == sorted('%s_%d.%s' % (name, rank, extension) for rank in writers
+                             for name, extension in [('best', 'h5'), ('log', 'csv'),
+                                                     ('model', 'h5'), ('weights', 'h5')])
     assert result.stdout.count('Epoch 1/2') == 1, result.stdout
-    losses = [open(str(home / ('loss_%d.txt' % rank))).read() for rank in (0, 1)]
-    assert losses[0] == losses[1], losses
-    assert len(open(str(home / 'log_0.csv')).read().splitlines()) == 3
+    seen = [open(str(home / ('loss_%d.txt' % rank))).read() for rank in range(ranks)]
+    assert seen == [seen[0]] * ranks, seen
+    assert seen[0].split()[1:] == ['[True,', 'True]', '3'], seen[0]  # header and 2 epochs
 
 
 FAULT_SCRIPT = """
@@ -167,6 +183,8 @@ if rank == 1 and fault == 'raise':
     raise ValueError('rank 1 gave up on purpose')
 if rank == 1 and fault == 'kill':
     os.kill(os.getpid(), signal.SIGKILL)
+if rank == 0 and fault == 'guarded save':
+    model.save_weights('weights.h5')   # the other ranks go on training
 for step in range(100000):   # rank 0 waits in the collectives for rank 1
     model.train_on_batch(x, y)
 """
@@ -177,22 +195,27 @@ for step in range(100000):   # rank 0 waits in the collectives for rank 1
     ('kill', 'signal 9'),
     ('layer size', 'rank 1 differs from rank 0'),
     ('optimizer', 'rank 1 differs from rank 0'),
+    ('guarded save', 'every MPI rank must make the same Keras calls, but rank 0 of 2 waited '
+                     '3 s (multigpu.mpi_timeout) in save_weights'),
 ])
 def test_a_failing_rank_ends_every_rank_within_a_minute(home, fault, expected):
     script = home / 'fault.py'
     script.write_text(FAULT_SCRIPT)
+    timed = fault in ('raise', 'kill', 'guarded save')
+    flags = 'multigpu.mpi_timeout=3'
     # Compile first, untimed (a cold cache takes minutes): the same models
     # without a fault.
-    if fault in ('raise', 'kill'):
+    if timed:
         run_python(home, code="import sys; sys.argv = ['x', 'none']; exec(open('fault.py').read().replace('range(100000)', 'range(1)'))",
-                   ranks=2, timeout=900)
+                   ranks=2, timeout=900, flags=flags)
     started = time.time()
-    result = run_python(home, args=[str(script), fault], ranks=2, timeout=120, check=False)
+    result = run_python(home, args=[str(script), fault], ranks=2, timeout=120, check=False,
+                        flags=flags)
     elapsed = time.time() - started
     output = result.stdout + result.stderr
     assert result.returncode != 0, output
     assert expected in output, output[-3000:]
-    if fault in ('raise', 'kill'):
+    if timed:
         assert elapsed < 60, 'ranks ended %.0f s after the fault' % elapsed
 
 

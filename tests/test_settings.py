@@ -236,6 +236,23 @@ def test_batchnorm_filter_refuses():
         settings._filter_batchnorm('on')
 
 
+@pytest.mark.parametrize('value', ['0', 'all'])
+def test_save_on_filter_accepts(value):
+    assert settings._filter_save_on(value) == value
+
+
+@pytest.mark.parametrize('value', ['300', '2.5'])
+def test_mpi_timeout_filter_accepts(value):
+    assert settings._filter_mpi_timeout(value) == value
+
+
+@pytest.mark.parametrize('value', ['0', '-1', 'soon', ''])
+def test_mpi_timeout_filter_refuses(value):
+    with pytest.raises(ConfigurationError,
+                       match='multigpu.mpi_timeout expects a positive number of seconds'):
+        settings._filter_mpi_timeout(value)
+
+
 def test_names_filter_refuses():
     with pytest.raises(ConfigurationError, match='multigpu.master') as info:
         settings._filter_names('multigpu.master')('dev-1')

@@ -44,3 +44,9 @@ class KernelBuildError(RuntimeError):
         # Theano adds the node it was compiling to ``args``; the message
         # names it already.
         return self.message
+
+
+class RanksApartError(RuntimeError):
+    """Under MPI, a rank waited longer than ``multigpu.mpi_timeout`` for the
+    other ranks to make the same call: every rank must make the same Keras
+    calls."""

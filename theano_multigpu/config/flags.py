@@ -7,8 +7,8 @@ import re
 
 from ..errors import ConfigurationError
 
-__all__ = ['MODES', 'CHECK_ACTIONS', 'BATCHNORM_MODES', 'SCAN_LOOPS', 'NAME_RE',
-           'parse_contexts_flag',
+__all__ = ['MODES', 'CHECK_ACTIONS', 'BATCHNORM_MODES', 'SCAN_LOOPS', 'SAVE_ON', 'NAME_RE',
+           'parse_contexts_flag', 'parse_seconds',
            'format_contexts', 'parse_name_list', 'parse_size', 'format_bytes',
            'parse_device_memory', 'parse_layer_map']
 
@@ -16,6 +16,7 @@ MODES = ('auto', 'batch', 'layer')
 CHECK_ACTIONS = ('warn', 'error', 'off')
 BATCHNORM_MODES = ('sync', 'local')
 SCAN_LOOPS = ('compiled', 'python')
+SAVE_ON = ('0', 'all')
 
 _DEVICE_RE = re.compile(r'^(cuda\d*|opencl\d+:\d+)$')
 NAME_RE = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*$')
@@ -136,3 +137,16 @@ def parse_layer_map(value):
                 "(entry %r)" % (value, entry))
         pairs.append((pattern.strip(), name.strip()))
     return pairs
+
+
+def parse_seconds(flag, value):
+    """A positive number of seconds, e.g. ``'300'`` or ``'2.5'``."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = None
+    if seconds is None or not seconds > 0:
+        raise ConfigurationError(
+            "%s expects a positive number of seconds, e.g. THEANO_FLAGS='%s=300', but "
+            "received %r" % (flag, flag, value))
+    return seconds

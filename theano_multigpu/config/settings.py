@@ -14,9 +14,9 @@ import sys
 from ..errors import ConfigurationError
 from ..patch_targets import Attributes
 from . import devices, mesh
-from .flags import (BATCHNORM_MODES, CHECK_ACTIONS, MODES, NAME_RE, SCAN_LOOPS,
+from .flags import (BATCHNORM_MODES, CHECK_ACTIONS, MODES, NAME_RE, SAVE_ON, SCAN_LOOPS,
                     format_contexts, parse_contexts_flag, parse_device_memory, parse_layer_map,
-                    parse_name_list)
+                    parse_name_list, parse_seconds)
 
 __all__ = ['LEGACY_FLAGS', 'translate_legacy_value', 'contexts_flag_value',
            'on_theano_configparser']
@@ -49,6 +49,12 @@ _filter_mode = _filter_choice('multigpu.mode', MODES, 'batch')
 _filter_check = _filter_choice('multigpu.check', CHECK_ACTIONS, 'error')
 _filter_batchnorm = _filter_choice('multigpu.batchnorm', BATCHNORM_MODES, 'local')
 _filter_scan_loop = _filter_choice('multigpu.scan_loop', SCAN_LOOPS, 'python')
+_filter_save_on = _filter_choice('multigpu.save_on', SAVE_ON, 'all')
+
+
+def _filter_mpi_timeout(value):
+    parse_seconds('multigpu.mpi_timeout', value)
+    return value
 
 
 def _filter_names(flag):
@@ -103,6 +109,16 @@ def _register_settings(configparser):
         "use; the Python loop, with a warning, where it cannot be built) or "
         "'python'.  The same numbers either way.",
         Param('compiled', filter=_filter_scan_loop), in_c_key=False)
+    add('multigpu.save_on',
+        "Under MPI: which ranks write the files of save_weights, model.save, "
+        "ModelCheckpoint and CSVLogger: '0' (rank 0; the others wait until its "
+        "file is complete) or 'all' (each rank its own, for disks local to "
+        "each machine).",
+        Param('0', filter=_filter_save_on), in_c_key=False)
+    add('multigpu.mpi_timeout',
+        "Under MPI: how many seconds a rank waits at a save for the other ranks "
+        "to make the same call before it stops every rank with an error.",
+        Param('300', filter=_filter_mpi_timeout), in_c_key=False)
     add('multigpu.mpi_shared_memory',
         'Under MPI: ranks on one machine sum their gradients in shared memory '
         '(an MPI-3 window), and one rank per machine with MPI Allreduce; False: '

@@ -1,10 +1,18 @@
-"""Under MPI, rank 0 alone prints progress and writes files.
+"""Under MPI, rank 0 alone prints progress and writes files, and every
+rank returns from a save once rank 0's file is complete.
 
 Every rank runs the same script and, the loss and metrics being global,
 each would print the same progress bar and write the same files at the same
-paths.  On every other rank, Keras's progress bar, ``save_weights``,
-``model.save`` (and so ModelCheckpoint) and CSVLogger do nothing.
+paths.  On every other rank Keras's progress bar is quiet, and
+``save_weights``, ``model.save`` (and so ModelCheckpoint) and CSVLogger
+write nothing (``multigpu.save_on=all``: every rank writes, for disks of
+their own): they wait for rank 0 to finish writing, so that a load right
+after a save reads a complete file on every rank.  A rank that waits
+longer than ``multigpu.mpi_timeout`` (the others never made the call)
+stops every rank with an error naming the call.
 """
+import threading
+
 from .. import importhook
 from ..patch_targets import Attributes
 
@@ -13,39 +21,92 @@ __all__ = ['install']
 PROGRESS_BAR = Attributes('keras.callbacks.ProgbarLogger', ('on_train_begin',),
                           'wrapped: quiet on ranks other than 0')
 WEIGHT_FILES = Attributes('keras.engine.topology.Container', ('save_weights',),
-                          'replaced: writes nothing on ranks other than 0')
+                          'wrapped: written by rank 0, every rank waits for it')
+
+_inside_a_save = threading.local()
 
 
-def _quiet_progbar_logger(callbacks):
-    logger = PROGRESS_BAR.check(callbacks.ProgbarLogger)
-    train_begin = logger.on_train_begin
-
-    def on_train_begin(self, logs={}):
-        train_begin(self, logs)
-        self.verbose = 0
-    logger.on_train_begin = on_train_begin
-    csv_logger = getattr(callbacks, 'CSVLogger', None)   # Keras >= 1.1
-    if csv_logger is not None:
-        for name in ('on_train_begin', 'on_epoch_end', 'on_train_end'):
-            setattr(csv_logger, name, _nothing)
+def _wait_for_rank_zero(call):
+    import theano
+    from ..mpi import world
+    world.wait_for_every_rank(call, float(theano.config.multigpu.mpi_timeout))
 
 
-def _no_weight_files(topology):
-    WEIGHT_FILES.check(topology.Container).save_weights = _nothing
+def _saved_by_rank_zero(save, call, writes):
+    """``save`` where this rank ``writes``; every rank returns once every
+    rank's has returned.  A save made inside another (none in Keras 1.x)
+    waits with the outer one."""
+    def save_on_rank_zero(*args, **kwargs):
+        if getattr(_inside_a_save, 'call', None):
+            return save(*args, **kwargs) if writes else None
+        _inside_a_save.call = call
+        try:
+            result = save(*args, **kwargs) if writes else None
+        finally:
+            _inside_a_save.call = None
+        _wait_for_rank_zero(call)
+        return result
+    save_on_rank_zero.__name__ = getattr(save, '__name__', call)
+    save_on_rank_zero.__doc__ = getattr(save, '__doc__', None)
+    return save_on_rank_zero
 
 
-def _no_model_files(models):
-    if hasattr(models, 'save_model'):   # Keras >= 1.0.3
-        models.save_model = _nothing
+def _written_by_rank_zero(method, call, writes):
+    """A CSVLogger method: the ranks that write write (and flush), then
+    every rank waits for them."""
+    def on_rank_zero(self, *args, **kwargs):
+        if writes:
+            method(self, *args, **kwargs)
+        _wait_for_rank_zero(call)
+    return on_rank_zero
+
+
+def _rank_zero_prints_and_logs(rank, writes):
+    def install(callbacks):
+        if rank != 0:
+            logger = PROGRESS_BAR.check(callbacks.ProgbarLogger)
+            train_begin = logger.on_train_begin
+
+            def on_train_begin(self, logs={}):
+                train_begin(self, logs)
+                self.verbose = 0
+            logger.on_train_begin = on_train_begin
+        csv_logger = getattr(callbacks, 'CSVLogger', None)   # Keras >= 1.1
+        if csv_logger is not None:
+            if not writes:
+                csv_logger.on_train_begin = _nothing
+            for name in ('on_epoch_end', 'on_train_end'):
+                setattr(csv_logger, name, _written_by_rank_zero(
+                    getattr(csv_logger, name), 'CSVLogger.%s' % name, writes))
+    return install
+
+
+def _rank_zero_writes_weights(writes):
+    def install(topology):
+        container = WEIGHT_FILES.check(topology.Container)
+        container.save_weights = _saved_by_rank_zero(container.save_weights,
+                                                     'save_weights', writes)
+    return install
+
+
+def _rank_zero_writes_models(writes):
+    def install(models):
+        if hasattr(models, 'save_model'):   # Keras >= 1.0.3
+            models.save_model = _saved_by_rank_zero(models.save_model, 'model.save', writes)
+    return install
 
 
 def _nothing(*args, **kwargs):
-    """What a rank other than 0 does instead of printing or writing."""
+    """What a rank other than 0 does instead of opening rank 0's log."""
     return None
 
 
-def install():
-    """On this rank, silence Keras's progress output and file writes."""
-    importhook.after_import('keras.callbacks', _quiet_progbar_logger)
-    importhook.after_import('keras.engine.topology', _no_weight_files)
-    importhook.after_import('keras.models', _no_model_files)
+def install(rank):
+    """On this rank (its number ``rank``): progress on rank 0 alone, files
+    written by rank 0 (every rank with ``multigpu.save_on=all``), every rank
+    waiting for them."""
+    import theano
+    writes = rank == 0 or theano.config.multigpu.save_on == 'all'
+    importhook.after_import('keras.callbacks', _rank_zero_prints_and_logs(rank, writes))
+    importhook.after_import('keras.engine.topology', _rank_zero_writes_weights(writes))
+    importhook.after_import('keras.models', _rank_zero_writes_models(writes))

@@ -5,9 +5,12 @@ under MPI (``theano_multigpu.config.mpi_environment`` tells, from the
 environment alone).
 """
 import sys
+import time
 import traceback
 
-__all__ = ['world']
+from ..errors import RanksApartError
+
+__all__ = ['world', 'wait_for_every_rank']
 
 
 _world = None
@@ -48,3 +51,23 @@ def _abort_on_uncaught_exception(comm):
         sys.stdout.flush()
         comm.Abort(1)
     sys.excepthook = excepthook
+
+
+def wait_for_every_rank(call, timeout_s):
+    """Return once every rank has reached this point of ``call`` (the Keras
+    call they all make); after ``timeout_s`` seconds without them raise
+    RanksApartError (uncaught, it ends every rank)."""
+    comm, rank, size = world()
+    request = comm.Ibarrier()
+    deadline = time.monotonic() + timeout_s
+    pause = 1e-4
+    while not request.Test():
+        if time.monotonic() > deadline:
+            raise RanksApartError(
+                'every MPI rank must make the same Keras calls, but rank %d of %d waited '
+                '%g s (multigpu.mpi_timeout) in %s for ranks that did not call it; call '
+                'it on every rank, not under a test of the rank (the shim writes the '
+                'file once, on rank 0, and returns on every rank once it is complete)'
+                % (rank, size, timeout_s, call))
+        time.sleep(pause)
+        pause = min(2 * pause, 0.01)

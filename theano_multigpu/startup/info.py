@@ -57,6 +57,8 @@ def collect():
         'multigpu.device_memory': theano.config.multigpu.device_memory or '(free memory)',
         'multigpu.batchnorm': theano.config.multigpu.batchnorm,
         'multigpu.mpi_shared_memory': theano.config.multigpu.mpi_shared_memory,
+        'multigpu.save_on': theano.config.multigpu.save_on,
+        'multigpu.mpi_timeout': theano.config.multigpu.mpi_timeout,
         'multigpu.scan_loop': theano.config.multigpu.scan_loop,
         'scan loop in use': compiled_scan.loop_description(),
         'effective mode': mesh.mode,

@@ -44,8 +44,7 @@ def _join_ranks():
     from ..keras_adapter import rank_zero
     from ..mpi import agreement, world
     agreement.share_random_state()
-    if world.world()[1] != 0:
-        rank_zero.install()
+    rank_zero.install(world.world()[1])
 
 
 def _register_contexts(gpuarray):
