@@ -44,7 +44,7 @@ setup(
         # Scan's compiled loop is built with it at first use.
         'cython>=3.0',
     ],
-    extras_require={'mpi': ['mpi4py']},
+    extras_require={'mpi': ['mpi4py', 'xxhash']},
     entry_points={'console_scripts': ['theano-multigpu = theano_multigpu.__main__:main']},
     classifiers=[
         'Programming Language :: Python :: 3',

@@ -29,6 +29,10 @@ PLOT = os.path.join(REPO, 'benchmarks', 'scaling.png')
 # Threads: one per process, so two ranks use two cores and one process one.
 ONE_THREAD = 'openmp=False'
 SUM_SIZES_MB = (4, 100)
+# Two ranks without the per-step guards (the input digest, collectives
+# polled within multigpu.mpi_timeout): what the guards cost.
+UNGUARDED = '2 ranks unguarded'
+UNGUARDED_FLAGS = 'multigpu.mpi_check_inputs=False,multigpu.mpi_timeout=inf'
 # Steps timed per ask; the first of each is dropped (the ranks of a
 # worker that slept while another was timed wake up at different moments).
 STEPS_PER_ASK = 20
@@ -36,7 +40,7 @@ STEPS_PER_ASK = 20
 
 def time_steps(workers, models, batch, rounds):
     """{model: {key: [step seconds]}}, and {model: [collective seconds per
-    step]} of the MPI worker(s)."""
+    step]} of the worker '2 ranks' (when there is one)."""
     for name in models:
         for key, worker in workers.items():
             built = worker.ask({'build': name, 'batch': batch})
@@ -50,15 +54,16 @@ def time_steps(workers, models, batch, rounds):
             for key in order[shift:] + order[:shift]:
                 answer = workers[key].ask({'time': name, 'steps': STEPS_PER_ASK + 1})
                 steps[name][key] += answer['times'][1:]
-                if 'collectives' in answer:   # all steps of the ask, the first too
+                if key == '2 ranks':   # all steps of the ask, the first too
                     collectives[name].append(sum(answer['collectives'].values())
                                              / len(answer['times']))
     return steps, collectives
 
 
 def measure_processes(models, batch, rounds):
-    workers = shim_workers('mpi_', {'1 process': ONE_THREAD, '2 ranks': ONE_THREAD},
-                           ranks={'2 ranks': 2})
+    workers = shim_workers('mpi_', {'1 process': ONE_THREAD, '2 ranks': ONE_THREAD,
+                                    UNGUARDED: ONE_THREAD + ',' + UNGUARDED_FLAGS},
+                           ranks={'2 ranks': 2, UNGUARDED: 2})
     try:
         steps, collectives = time_steps(workers, models, batch, rounds)
         sums = dict((mb, workers['2 ranks'].ask({'fused_sum': mb * 2 ** 20, 'repeats': 10}))
@@ -84,16 +89,25 @@ def figures_for(steps, collectives, sums, batch):
     figures = []
     for name in steps:
         one, two = median(steps[name]['1 process']), median(steps[name]['2 ranks'])
+        unguarded = median(steps[name][UNGUARDED])
         share = median(collectives[name]) / two
         print('  %-4s step: 1 process %7.2f ms, 2 ranks %7.2f ms, speedup %.2f; '
-              'collectives %.1f%% of a 2-rank step' % (name, one * 1e3, two * 1e3, one / two,
-                                                      100 * share))
+              'collectives %.1f%% of a 2-rank step; 2 ranks unguarded %7.2f ms (guarded '
+              'over unguarded %.3f)' % (name, one * 1e3, two * 1e3, one / two, 100 * share,
+                                        unguarded * 1e3, two / unguarded))
         where = ('CPU, one thread per process, global batch %d, median of %d steps each'
                  % (batch, len(steps[name]['2 ranks'])))
         figures += [
             {'name': 'mpi/cpu/%s speedup, 2 ranks over 1 process' % name,
              'value': round(one / two, 3), 'unit': 'x', 'goal': '>= 1.85', 'command': COMMAND,
              'detail': {'one_ms': one * 1e3, 'two_ms': two * 1e3, 'where': where}},
+            {'name': 'mpi/cpu/%s 2-rank step, guarded over unguarded' % name,
+             'value': round(two / unguarded, 3), 'unit': 'ratio', 'command': COMMAND,
+             'detail': {'guarded_ms': two * 1e3, 'unguarded_ms': unguarded * 1e3,
+                        'guards': 'each input hashed and the digests compared; '
+                                  'non-blocking collectives polled within '
+                                  'multigpu.mpi_timeout',
+                        'unguarded': UNGUARDED_FLAGS, 'where': where}},
             {'name': 'mpi/cpu/%s share of a 2-rank step in the collectives' % name,
              'value': round(share, 4), 'unit': 'fraction', 'command': COMMAND,
              'detail': {'collective_ms': share * two * 1e3, 'where': where}}]

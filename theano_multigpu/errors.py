@@ -1,7 +1,7 @@
 """The exceptions theano_multigpu raises."""
 
 __all__ = ['ConfigurationError', 'PlacementError', 'PlanError', 'PatchTargetError',
-           'RowsMeetError', 'KernelBuildError']
+           'RowsMeetError', 'KernelBuildError', 'RanksApartError']
 
 
 class ConfigurationError(ValueError):
@@ -47,6 +47,7 @@ class KernelBuildError(RuntimeError):
 
 
 class RanksApartError(RuntimeError):
-    """Under MPI, a rank waited longer than ``multigpu.mpi_timeout`` for the
-    other ranks to make the same call: every rank must make the same Keras
-    calls."""
+    """Under MPI, the ranks parted: a rank waited longer than
+    ``multigpu.mpi_timeout`` for the others to make the same call, ran
+    another function at the same step, or was handed another batch (every
+    rank must make the same Keras calls with the same data)."""

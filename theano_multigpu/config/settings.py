@@ -116,9 +116,17 @@ def _register_settings(configparser):
         "each machine).",
         Param('0', filter=_filter_save_on), in_c_key=False)
     add('multigpu.mpi_timeout',
-        "Under MPI: how many seconds a rank waits at a save for the other ranks "
-        "to make the same call before it stops every rank with an error.",
+        "Under MPI: how many seconds a rank waits in a collective (a training, "
+        "test or prediction step, a save, a function's first compile) for the "
+        "other ranks to make the same call before it stops every rank with an "
+        "error; 'inf': no limit (MPI's blocking collectives).",
         Param('300', filter=_filter_mpi_timeout), in_c_key=False)
+    add('multigpu.mpi_check_inputs',
+        "Under MPI: each step, every rank checks that every rank was handed the "
+        "same inputs, targets and sample weights (a digest of each travels with "
+        "the gather), and a rank handed others stops every rank with an error; "
+        "False: each rank trains on its share of the rows of its own batch.",
+        configparser.BoolParam(True), in_c_key=False)
     add('multigpu.mpi_shared_memory',
         'Under MPI: ranks on one machine sum their gradients in shared memory '
         '(an MPI-3 window), and one rank per machine with MPI Allreduce; False: '

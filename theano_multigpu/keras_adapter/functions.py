@@ -38,7 +38,13 @@ def compile_function(keras_function, inputs, outputs, updates, kwargs, title):
     def compile_for(mesh, idle=False):
         return _compile_batchwise(keras_function, list(inputs), list(outputs), updates,
                                   kwargs, mesh, title, ranks, idle)
-    return batchwise.SplitFunction(compile_for, mesh, ranks)
+    split = batchwise.SplitFunction(compile_for, mesh, ranks)
+    if ranks is not None:
+        # Ranks compile for different times (caches of their own): all of
+        # them agreed to compile it, so wait for them without a limit.
+        from ..mpi import world
+        world.wait_for_every_rank(title, float('inf'))
+    return split
 
 
 class SingleOutput(object):
@@ -84,13 +90,17 @@ def _weights_read(roots, updates):
     return found
 
 
-def _gather(ranks, idle):
-    """The batch-wise gather: across MPI ranks, or the local one."""
+def _gather(ranks, idle, inputs, title):
+    """The batch-wise gather: across MPI ranks (checking each step that
+    every rank was handed the same ``inputs``, unless
+    multigpu.mpi_check_inputs is off), or the local one."""
+    import theano
     from ..graph import batchwise
     if ranks is None:
         return batchwise.LocalGather()
     from ..mpi.data_parallel import RankGather
-    return RankGather(ranks[0], ranks[1], idle)
+    checked = inputs if theano.config.multigpu.mpi_check_inputs else ()
+    return RankGather(ranks[0], ranks[1], idle, title, checked)
 
 
 def _compile_batchwise(keras_function, inputs, outputs, updates, kwargs, mesh, title,
@@ -106,7 +116,8 @@ def _compile_batchwise(keras_function, inputs, outputs, updates, kwargs, mesh, t
         roots + [s.tag.multigpu_gradient.loss for s in stand_ins_in(roots)])
     import theano
     outputs, updates, split = batchwise.rewrite(
-        inputs, outputs, updates, mesh, keras_graph.is_layer_output, _gather(ranks, idle),
+        inputs, outputs, updates, mesh, keras_graph.is_layer_output,
+        _gather(ranks, idle, inputs, title),
         describe, keras_graph.row_states(roots), theano.config.multigpu.batchnorm == 'sync')
     compiled = keras_function(inputs, outputs, updates=updates, **kwargs)
     if len(mesh.names) < len(mesh_module.current().names):

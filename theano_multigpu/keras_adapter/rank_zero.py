@@ -27,9 +27,9 @@ _inside_a_save = threading.local()
 
 
 def _wait_for_rank_zero(call):
-    import theano
     from ..mpi import world
-    world.wait_for_every_rank(call, float(theano.config.multigpu.mpi_timeout))
+    world.wait_for_every_rank(call, why=' (the shim writes the file once, on rank 0, and '
+                              'returns on every rank once it is complete)')
 
 
 def _saved_by_rank_zero(save, call, writes):

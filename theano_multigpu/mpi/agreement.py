@@ -3,7 +3,7 @@ state.
 """
 import numpy as np
 
-from .world import world
+from .world import calls, wait_for_every_rank, world
 
 __all__ = ['agree_and_broadcast', 'share_random_state']
 
@@ -16,9 +16,14 @@ def agree_and_broadcast(shared_variables, title):
     function (the same weights, shapes and dtypes), then give every rank
     rank 0's values of the weights not broadcast before.
 
-    Raises ValueError on every rank, naming what differs, when they differ.
+    Raises ValueError on every rank, naming what differs, when they differ,
+    and RanksApartError where some ranks do not build it within
+    multigpu.mpi_timeout.
     """
-    comm, rank, size = world()
+    rank = world()[1]
+    # Within multigpu.mpi_timeout: a call made on some ranks alone stops here.
+    wait_for_every_rank(title)
+    comm = calls()
     signature = [title] + ['%s %s %s' % (v.name, _shape(v), v.dtype) for v in shared_variables]
     signatures = comm.allgather(signature)
     for other, theirs in enumerate(signatures):

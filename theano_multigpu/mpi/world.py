@@ -1,4 +1,10 @@
-"""The MPI world of this process: its communicator, rank and size.
+"""The MPI world of this process: its communicator, rank and size; waits
+for every rank within multigpu.mpi_timeout.
+
+The compiled steps' collectives run on MPI_COMM_WORLD; what the ranks
+agree on outside the steps (a function's first compile, saves) runs on a
+communicator of its own (``calls``), so a rank that makes such a call
+alone waits for it there and never meets another rank's step.
 
 Importing mpi4py starts MPI, so it is imported here, on first use, and only
 under MPI (``theano_multigpu.config.mpi_environment`` tells, from the
@@ -10,10 +16,11 @@ import traceback
 
 from ..errors import RanksApartError
 
-__all__ = ['world', 'wait_for_every_rank']
+__all__ = ['world', 'calls', 'complete', 'collective', 'wait_for_every_rank', 'timeout_seconds']
 
 
 _world = None
+_calls = None
 
 
 def world():
@@ -31,7 +38,16 @@ def world():
         comm = MPI.COMM_WORLD
         _world = (comm, comm.Get_rank(), comm.Get_size())
         _abort_on_uncaught_exception(comm)
+        global _calls
+        _calls = comm.Dup()
     return _world
+
+
+def calls():
+    """The communicator of the calls every rank makes outside the compiled
+    steps (a copy of MPI_COMM_WORLD)."""
+    world()
+    return _calls
 
 
 def _abort_on_uncaught_exception(comm):
@@ -53,21 +69,55 @@ def _abort_on_uncaught_exception(comm):
     sys.excepthook = excepthook
 
 
-def wait_for_every_rank(call, timeout_s):
-    """Return once every rank has reached this point of ``call`` (the Keras
-    call they all make); after ``timeout_s`` seconds without them raise
-    RanksApartError (uncaught, it ends every rank)."""
-    comm, rank, size = world()
-    request = comm.Ibarrier()
-    deadline = time.monotonic() + timeout_s
-    pause = 1e-4
+# A rank waiting in a collective polls it, without a pause for this long
+# (MPI's blocking calls poll too), then every millisecond.
+SPIN_SECONDS = 0.1
+
+
+def timeout_seconds():
+    """multigpu.mpi_timeout in seconds (``inf``: no limit)."""
+    import theano
+    return float(theano.config.multigpu.mpi_timeout)
+
+
+def complete(request, call, timeout_s=None, why=''):
+    """Wait for the non-blocking collective ``request`` that every rank
+    starts in ``call`` (the Keras call or function they all make).  After
+    ``timeout_s`` seconds (default multigpu.mpi_timeout; ``inf``: no limit)
+    raise RanksApartError, which, uncaught, ends every rank; ``why`` adds
+    what the call does on every rank."""
+    if request.Test():
+        return
+    timeout_s = timeout_seconds() if timeout_s is None else timeout_s
+    if timeout_s == float('inf'):
+        request.Wait()
+        return
+    started = time.monotonic()
     while not request.Test():
-        if time.monotonic() > deadline:
+        waited = time.monotonic() - started
+        if waited > timeout_s:
+            comm, rank, size = world()
             raise RanksApartError(
                 'every MPI rank must make the same Keras calls, but rank %d of %d waited '
                 '%g s (multigpu.mpi_timeout) in %s for ranks that did not call it; call '
-                'it on every rank, not under a test of the rank (the shim writes the '
-                'file once, on rank 0, and returns on every rank once it is complete)'
-                % (rank, size, timeout_s, call))
-        time.sleep(pause)
-        pause = min(2 * pause, 0.01)
+                'it on every rank, not under a test of the rank%s (a rank that computes '
+                'or writes for longer than that needs a larger multigpu.mpi_timeout)'
+                % (rank, size, timeout_s, call, why))
+        if waited > SPIN_SECONDS:
+            time.sleep(0.001)
+
+
+def collective(comm, name, args, call):
+    """MPI collective ``name`` (e.g. 'Allgatherv') of ``comm`` on ``args``,
+    made by every rank in ``call``: its non-blocking form, waited for
+    within multigpu.mpi_timeout (the blocking form where that is ``inf``)."""
+    if timeout_seconds() == float('inf'):
+        getattr(comm, name)(*args)
+    else:
+        complete(getattr(comm, 'I' + name.lower())(*args), call)
+
+
+def wait_for_every_rank(call, timeout_s=None, why=''):
+    """Return once every rank has reached this point of ``call`` (on the
+    ``calls`` communicator); see ``complete`` for the time limit."""
+    complete(calls().Ibarrier(), call, timeout_s, why)
