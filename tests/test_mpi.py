@@ -170,16 +170,18 @@ FAULT_SCRIPT = """
 import os, signal, sys
 import numpy as np
 from keras.models import Sequential
-from keras.layers import Dense
+from keras.layers import BatchNormalization, Dense
 from keras.optimizers import SGD, Adam
 rank = int(os.environ['OMPI_COMM_WORLD_RANK'])
 fault = sys.argv[1]
 width = 17 if fault == 'layer size' and rank == 1 else 16
 optimizer = Adam() if fault == 'optimizer' and rank == 1 else SGD()
-model = Sequential([Dense(width, input_dim=8, activation='relu'), Dense(3, activation='softmax')])
+model = Sequential([Dense(width, input_dim=8, activation='relu'), BatchNormalization(),
+                    Dense(3, activation='softmax')])
 model.compile(loss='categorical_crossentropy', optimizer=optimizer)
 x = np.ones((10, 8), 'float32'); y = np.eye(3)[np.arange(10) % 3].astype('float32')
 model.train_on_batch(x, y)
+model.test_on_batch(x, y)
 if rank == 1 and fault == 'raise':
     raise ValueError('rank 1 gave up on purpose')
 if rank == 1 and fault == 'kill':
@@ -188,8 +190,10 @@ if rank == 0 and fault == 'guarded save':
     model.save_weights('weights.h5')   # the other ranks go on training
 if rank == 0 and fault == 'guarded predict':
     model.predict(x)                   # alone: the ranks agree before compiling it
-if rank == 2 and fault == 'other targets':
-    y = y[::-1].copy()                 # one rank handed other targets
+if fault == 'other targets':        # in the test function (its statistics
+    model.test_on_batch(x, y[::-1].copy() if rank == 2 else y)   # are not gathered)
+if rank == 1 and fault == 'fewer rows':
+    x, y = x[:8], y[:8]
 for step in range(100000):   # rank 0 waits in the collectives for rank 1
     model.train_on_batch(x, y)
 """
@@ -209,12 +213,19 @@ _compiled_faults = []
                            r"waited 3 s \(multigpu.mpi_timeout\) in Keras's (predict|train) "
                            r"function"),
     ('other targets', 3, r"every MPI rank must be handed the same batch, but rank 2 of 3 was "
-                         r"handed another dense_2_target than rank 0 in Keras's train function"),
+                         r"handed another dense_2_target than the other ranks in Keras's test "
+                         r"function"),
+    # Rank 1's parts of the gathers are smaller than rank 0 expects.
+    ('fewer rows', 2, r"every MPI rank must (be handed the same batch, but rank [01] of 2 was "
+                      r"handed another dense_input_1|make the same Keras calls.*(with batches "
+                      r"of the same size|a batch of another size than its (10|8) rows))"),
 ])
 def test_a_failing_rank_ends_every_rank_within_a_minute(home, fault, ranks, expected):
     """Every rank exits non-zero with the fault's error: a rank that raises or
     dies, models that differ, a Keras call made on one rank alone (the
-    others wait multigpu.mpi_timeout), a rank handed another batch."""
+    others wait multigpu.mpi_timeout), a rank handed other targets (in a
+    model with batch normalisation, whose statistics the test function
+    does not gather) or fewer rows."""
     script = home / 'fault.py'
     script.write_text(FAULT_SCRIPT)
     timed = fault not in ('layer size', 'optimizer')

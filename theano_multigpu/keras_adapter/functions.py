@@ -29,22 +29,50 @@ def compile_function(keras_function, inputs, outputs, updates, kwargs, title):
     from ..graph import batchwise
     updates = _unique_updates(updates)
     roots = list(outputs) + [new for _, new in updates]
+    serial = 0
     if ranks is not None:
         from ..mpi import agreement
-        agreement.agree_and_broadcast(_weights_read(roots, updates), title)
+        serial = agreement.agree_and_broadcast(_weights_read(roots, updates), title)
         if mesh.graph_name(mesh.master) is not None:
             _steer_to(inputs, mesh.graph_name(mesh.master))
 
+    mpi = None if ranks is None else (ranks, serial)
+
     def compile_for(mesh, idle=False):
         return _compile_batchwise(keras_function, list(inputs), list(outputs), updates,
-                                  kwargs, mesh, title, ranks, idle)
+                                  kwargs, mesh, title, mpi, idle)
     split = batchwise.SplitFunction(compile_for, mesh, ranks)
-    if ranks is not None:
-        # Ranks compile for different times (caches of their own): all of
-        # them agreed to compile it, so wait for them without a limit.
+    if ranks is None:
+        return split
+    # Ranks compile for different times (caches of their own): all of them
+    # agreed to compile it, so wait for them without a limit.
+    from ..mpi import world
+    world.wait_for_every_rank(title, float('inf'))
+    return FirstStepsWithoutLimit(split)
+
+
+class FirstStepsWithoutLimit(object):
+    """Under MPI, a SplitFunction whose first call at each batch size waits
+    for the other ranks without a time limit: a rank may first compile a
+    function for its share of rows of that size (or build a kernel or
+    Scan's loop at its first call) while the others wait in the step."""
+
+    def __init__(self, split):
+        self._split = split
+        self._sizes_seen = set()
+
+    def __call__(self, inputs):
+        rows = next((len(x) for x in inputs if getattr(x, 'ndim', 0) >= 1), 0)
+        if rows in self._sizes_seen:
+            return self._split(inputs)
         from ..mpi import world
-        world.wait_for_every_rank(title, float('inf'))
-    return split
+        with world.without_limit():
+            result = self._split(inputs)
+        self._sizes_seen.add(rows)
+        return result
+
+    def __getattr__(self, name):
+        return getattr(self._split, name)
 
 
 class SingleOutput(object):
@@ -90,24 +118,26 @@ def _weights_read(roots, updates):
     return found
 
 
-def _gather(ranks, idle, inputs, title):
-    """The batch-wise gather: across MPI ranks (checking each step that
-    every rank was handed the same ``inputs``, unless
-    multigpu.mpi_check_inputs is off), or the local one."""
+def _gather(mpi, idle, inputs, title):
+    """The batch-wise gather: across MPI ranks (``mpi``: ((rank, size), the
+    function's number), checking each step that every rank was handed the
+    same ``inputs``, unless multigpu.mpi_check_inputs is off), or the local
+    one."""
     import theano
     from ..graph import batchwise
-    if ranks is None:
+    if mpi is None:
         return batchwise.LocalGather()
     from ..mpi.data_parallel import RankGather
+    (rank, size), serial = mpi
     checked = inputs if theano.config.multigpu.mpi_check_inputs else ()
-    return RankGather(ranks[0], ranks[1], idle, title, checked)
+    return RankGather(rank, size, idle, title, serial, checked)
 
 
 def _compile_batchwise(keras_function, inputs, outputs, updates, kwargs, mesh, title,
-                       ranks=None, idle=False):
-    """Keras's Function of the batch-wise rewrite for ``mesh`` (and MPI
-    ``ranks``), its placement checked (and reported at its first call, if
-    asked)."""
+                       mpi=None, idle=False):
+    """Keras's Function of the batch-wise rewrite for ``mesh`` (and under
+    MPI, ``mpi``: ((rank, size), the function's number)), its placement
+    checked (and reported at its first call, if asked)."""
     from ..graph import batchwise
     from ..graph.gradients import stand_ins_in
     from . import keras_graph
@@ -117,7 +147,7 @@ def _compile_batchwise(keras_function, inputs, outputs, updates, kwargs, mesh, t
     import theano
     outputs, updates, split = batchwise.rewrite(
         inputs, outputs, updates, mesh, keras_graph.is_layer_output,
-        _gather(ranks, idle, inputs, title),
+        _gather(mpi, idle, inputs, title),
         describe, keras_graph.row_states(roots), theano.config.multigpu.batchnorm == 'sync')
     compiled = keras_function(inputs, outputs, updates=updates, **kwargs)
     if len(mesh.names) < len(mesh_module.current().names):

@@ -9,12 +9,15 @@ __all__ = ['agree_and_broadcast', 'share_random_state']
 
 
 _agreed = set()
+_functions_agreed = 0
 
 
 def agree_and_broadcast(shared_variables, title):
     """Before a function's first compile: check every rank built the same
-    function (the same weights, shapes and dtypes), then give every rank
-    rank 0's values of the weights not broadcast before.
+    function (the same weights, shapes and dtypes, the same MPI settings),
+    then give every rank rank 0's values of the weights not broadcast
+    before.  Returns the function's number among those agreed on (the
+    same on every rank).
 
     Raises ValueError on every rank, naming what differs, when they differ,
     and RanksApartError where some ranks do not build it within
@@ -24,7 +27,8 @@ def agree_and_broadcast(shared_variables, title):
     # Within multigpu.mpi_timeout: a call made on some ranks alone stops here.
     wait_for_every_rank(title)
     comm = calls()
-    signature = [title] + ['%s %s %s' % (v.name, _shape(v), v.dtype) for v in shared_variables]
+    signature = [title, _settings()] + ['%s %s %s' % (v.name, _shape(v), v.dtype)
+                                        for v in shared_variables]
     signatures = comm.allgather(signature)
     for other, theirs in enumerate(signatures):
         if theirs != signatures[0]:
@@ -38,6 +42,20 @@ def agree_and_broadcast(shared_variables, title):
         for variable, value in zip(fresh, values):
             variable.set_value(value)
     _agreed.update(id(v) for v in fresh)
+    global _functions_agreed
+    _functions_agreed += 1
+    return _functions_agreed
+
+
+def _settings():
+    """The settings every rank must share: they decide which collectives
+    a step makes and what they carry."""
+    import theano
+    multigpu = theano.config.multigpu
+    timeout = 'inf' if float(multigpu.mpi_timeout) == float('inf') else 'finite'
+    return ('multigpu.mpi_timeout %s, multigpu.mpi_check_inputs %s, '
+            'multigpu.mpi_shared_memory %s' % (timeout, multigpu.mpi_check_inputs,
+                                               multigpu.mpi_shared_memory))
 
 
 def _shape(shared_variable):
@@ -57,6 +75,6 @@ def _first_difference(ours, theirs):
         a = ours[k] if k < len(ours) else 'nothing'
         b = theirs[k] if k < len(theirs) else 'nothing'
         if a != b:
-            what = 'the function' if k == 0 else 'variable %d' % (k - 1)
+            what = ('the function', 'the settings')[k] if k < 2 else 'variable %d' % (k - 2)
             return '%s is %r on rank 0 and %r there' % (what, a, b)
     return 'nothing'

@@ -27,12 +27,15 @@ class RankGather(object):
     rank ``rank`` of ``size`` computes its share of the rows.  ``idle``:
     its share is empty (fewer rows than ranks); kernels refuse empty
     operands, so it computes the first row and contributes none.
-    ``call``: the function every rank runs (for errors); ``checked``: the
-    function's inputs, which every rank must be handed alike (checked at
-    each step by the first join, see AllGatherRows)."""
+    ``call`` and ``serial``: the function every rank runs, its title and
+    number; ``checked``: its inputs, which every rank must be handed alike
+    (checked at each step by the join of what the loss reads, which runs
+    at every step, see AllGatherRows)."""
 
-    def __init__(self, rank, size, idle=False, call='a compiled function', checked=()):
-        self.rank, self.size, self.idle, self.call = rank, size, idle, call
+    def __init__(self, rank, size, idle=False, call='a compiled function', serial=0,
+                 checked=()):
+        self.rank, self.size, self.idle = rank, size, idle
+        self.call, self.serial = call, serial
         self._checked = list(checked)
 
     def replica_bounds(self, batch_size, replicas):
@@ -45,43 +48,47 @@ class RankGather(object):
         if self.idle:
             joined_here = [rows[:0] for rows in joined_here]
         rows = [stop - start for start, stop in slice_bounds(batch_size, self.size)]
-        checked, self._checked = self._checked, []
-        return all_gather_rows(joined_here, rows, replicated, checked, self.call)
+        # Batch normalisation's statistics (not replicated) are gathered
+        # where the layer trains alone: not at every step.
+        checked = []
+        if replicated:
+            checked, self._checked = self._checked, []
+        return all_gather_rows(joined_here, rows, replicated, checked, self.call, self.serial)
 
     def gradients(self, stand_ins, replace):
-        return data_parallel_gradients(stand_ins, replace, self.call)
+        return data_parallel_gradients(stand_ins, replace)
 
 
 def all_gather_rows(blocks, rows_per_rank, replicated=True, checked=(),
-                    call='a compiled function'):
+                    call='a compiled function', serial=0):
     """The whole batch's rows of each of ``blocks`` (this rank's rows),
     from every rank; ``rows_per_rank`` lists the rows each rank holds;
-    ``replicated``, ``checked`` (inputs every rank must hold alike) and
-    ``call``: see AllGatherRows."""
+    ``replicated``, ``checked`` (inputs every rank must hold alike),
+    ``call`` and ``serial``: see AllGatherRows."""
     rank = world()[1]
     names = tuple(v.name or 'input %d' % k for k, v in enumerate(checked))
-    gather = AllGatherRows(rank, replicated, names, call)
+    gather = AllGatherRows(rank, replicated, names, call, serial)
     return gather(tensor.stack(rows_per_rank).astype('int64'), *(list(blocks) + list(checked)),
                   return_list=True)
 
 
-def sum_over_ranks(tensors, after=(), call='a compiled function'):
+def sum_over_ranks(tensors, after=()):
     """Each of ``tensors`` summed over the ranks: one fused AllReduceSum
-    per dtype (``call``: see AllReduceSum)."""
+    per dtype."""
     by_dtype = {}
     for k, t in enumerate(tensors):
         by_dtype.setdefault(t.dtype, []).append(k)
     summed = [None] * len(tensors)
     for dtype in sorted(by_dtype):
         group = by_dtype[dtype]
-        sums = AllReduceSum(len(group), call)(*([tensors[k] for k in group] + list(after)),
+        sums = AllReduceSum(len(group))(*([tensors[k] for k in group] + list(after)),
                                         return_list=True)
         for k, total in zip(group, sums):
             summed[k] = total
     return summed
 
 
-def data_parallel_gradients(stand_ins, replace, call='a compiled function'):
+def data_parallel_gradients(stand_ins, replace):
     """{stand-in: gradient of its loss over the whole global batch}.
 
     ``replace`` rewrites the loss to read the outputs of ``AllGatherRows``.
@@ -105,6 +112,6 @@ def data_parallel_gradients(stand_ins, replace, call='a compiled function'):
             direct.append(d)
             order.append(stand_in)
         gathered += cut
-    summed = sum_over_ranks(through, gathered, call)
+    summed = sum_over_ranks(through, after=gathered)
     return dict((s, tensor.as_tensor_variable(g + d))
                 for s, g, d in zip(order, summed, direct))

@@ -8,6 +8,7 @@
 ``collective_seconds`` counts the seconds spent inside them: what the
 benchmark reports as the share of a step spent communicating.
 """
+import hashlib
 import time
 
 import numpy as np
@@ -29,23 +30,29 @@ class AllGatherRows(gof.Op):
 
     Inputs: the rows each rank contributes (an int64 vector, the same on
     every rank), then this rank's blocks, then the inputs every rank must
-    have been handed alike (``checked`` names them).  A digest of ``call``
-    and of each checked input travels with this rank's blocks: a rank that
-    runs another function at this step, or was handed other inputs, stops
-    every rank with RanksApartError naming it and the input.  One MPI
-    Allgatherv moves it all as bytes.  The gradient of an output is its
-    rows of this rank: of the output's gradient when what reads the output
-    is computed alike on every rank (``replicated``, the loss), else of
-    that gradient summed over the ranks (a statistic each rank uses for
-    its own rows).  ``call``: the function every rank runs (for errors).
-    """
-    __props__ = ('rank', 'replicated', 'checked', 'call')
+    have been handed alike (``checked`` names them).  One MPI Allgatherv
+    moves it all as bytes, each rank's part headed by digests: of the
+    function (``call``, the title errors name, and ``serial``, its number
+    among the functions the ranks agreed on) and of each checked input.  A
+    rank that runs another function at this step, or was handed other
+    inputs, stops every rank with RanksApartError naming it and the input.
+    The Allgatherv waits within multigpu.mpi_timeout; once it has, every
+    rank is known to run this step, and the step's other collectives wait
+    as MPI's blocking ones do.
 
-    def __init__(self, rank, replicated=True, checked=(), call='a compiled function'):
+    The gradient of an output is its rows of this rank: of the output's
+    gradient when what reads the output is computed alike on every rank
+    (``replicated``, the loss), else of that gradient summed over the ranks
+    (a statistic each rank uses for its own rows).
+    """
+    __props__ = ('rank', 'replicated', 'checked', 'call', 'serial')
+
+    def __init__(self, rank, replicated=True, checked=(), call='a compiled function', serial=0):
         self.rank = rank
         self.replicated = replicated
         self.checked = tuple(checked)
         self.call = call
+        self.serial = serial
 
     def make_node(self, rows, *blocks_and_checked):
         rows = tensor.as_tensor_variable(rows)
@@ -56,59 +63,74 @@ class AllGatherRows(gof.Op):
     def perform(self, node, inputs, outputs):
         from mpi4py import MPI
         comm, rank, size = world()
-        started = time.perf_counter()
         rows = [int(r) for r in inputs[0]]
         blocks, checked = inputs[1:1 + len(outputs)], inputs[1 + len(outputs):]
-        digests = digests_of(self.call, checked)
+        header = np.concatenate([self._identity(), digests_of(checked)])
+        started = time.perf_counter()
         # Bytes one row of each block takes: the same on every rank.
         row_bytes = [int(np.prod(b.shape[1:], dtype=np.int64)) * b.dtype.itemsize
                      for b in blocks]
-        per_rank = [r * sum(row_bytes) + digests.size for r in rows]
-        send = np.concatenate([np.ascontiguousarray(b).view(np.uint8).ravel()
-                               for b in blocks] + [digests])
+        per_rank = [header.size + r * sum(row_bytes) for r in rows]
+        send = np.concatenate([header] + [np.ascontiguousarray(b).view(np.uint8).ravel()
+                                          for b in blocks])
         if send.size != per_rank[rank]:
             raise RuntimeError(
                 'AllGatherRows expected %d rows on rank %d, but received blocks of '
                 '%s rows' % (rows[rank], rank, [b.shape[0] for b in blocks]))
         received = np.empty(sum(per_rank), np.uint8)
-        collective(comm, 'Allgatherv', ([send, MPI.BYTE], [received, (per_rank, None), MPI.BYTE]),
-                   self.call)
-        # Unpack: rank r's part holds its rows of block 0, then of block 1,
-        # ..., then its digests.
+        try:
+            collective(comm, 'Allgatherv',
+                       ([send, MPI.BYTE], [received, (per_rank, None), MPI.BYTE]), self.call,
+                       ' (or were handed a batch of another size than its %d rows)' % sum(rows))
+        except MPI.Exception as error:
+            raise RanksApartError(
+                'every MPI rank must make the same Keras calls with batches of the same size, '
+                'but at this step the ranks sent parts of %s of other sizes than this rank '
+                '(%d of %d) expected (MPI: %s): ranks were handed batches of different sizes, '
+                'or ran different functions' % (self.call, rank, size, error))
+        # Rank r's part: its header (at the part's start, where a part of
+        # another size than expected still puts it), then its rows of
+        # block 0, of block 1, ...
         offsets = np.concatenate([[0], np.cumsum(per_rank)])
-        self._compare_digests([received[stop - digests.size:stop] for stop in offsets[1:]])
+        self._compare([received[start:start + header.size] for start in offsets[:-1]])
         for k, (block, out) in enumerate(zip(blocks, outputs)):
             pieces = []
             for r in range(size):
-                start = offsets[r] + rows[r] * sum(row_bytes[:k])
+                start = offsets[r] + header.size + rows[r] * sum(row_bytes[:k])
                 piece = received[start:start + rows[r] * row_bytes[k]]
                 pieces.append(piece.view(block.dtype).reshape((rows[r],) + block.shape[1:]))
             out[0] = np.concatenate(pieces, axis=0)
         collective_seconds['allgather'] += time.perf_counter() - started
 
-    def _compare_digests(self, per_rank):
-        """Stop, on every rank alike, at the first rank that ran another
-        function or was handed other inputs than rank 0."""
-        ours = per_rank[0].view(np.uint64)
-        for other, theirs in enumerate(per_rank):
-            theirs = theirs.view(np.uint64) if theirs.size == ours.size * 8 else None
-            if theirs is not None and np.array_equal(theirs, ours):
+    def _identity(self):
+        """The function's digest (8 bytes): of its title and number."""
+        text = ('%s #%d' % (self.call, self.serial)).encode('utf8')
+        return np.frombuffer(hashlib.blake2b(text, digest_size=8).digest(), np.uint8)
+
+    def _compare(self, headers):
+        """Stop, on every rank alike, at the first rank whose header differs
+        from the one most ranks hold (rank 0's on a tie)."""
+        rows = np.stack(headers).view(np.uint64)
+        counts = [sum(np.array_equal(a, b) for b in rows) for a in rows]
+        agreed = rows[int(np.argmax(counts))]
+        for other, theirs in enumerate(rows):
+            if np.array_equal(theirs, agreed):
                 continue
-            if theirs is None or theirs[0] != ours[0]:
+            if theirs[0] != agreed[0]:
                 raise RanksApartError(
                     'every MPI rank must make the same Keras calls, but at this step rank %d '
-                    'of %d ran another compiled function than rank 0, whose step is %s; call '
-                    'it on every rank, not under a test of the rank'
-                    % (other, len(per_rank), self.call))
-            name = self.checked[int(np.argmax(theirs[1:] != ours[1:]))]
+                    'of %d ran another compiled function than the other ranks (this rank, %d, '
+                    'runs %s); call it on every rank, not under a test of the rank'
+                    % (other, len(rows), self.rank, self.call))
+            name = self.checked[int(np.argmax(theirs[1:] != agreed[1:]))]
             raise RanksApartError(
                 'every MPI rank must be handed the same batch, but rank %d of %d was handed '
-                'another %s than rank 0 in %s (its digest differs); hand every rank the same '
-                'data in the same order (the same files, sorted; the same seed; no data '
-                'sharded by rank: the shim shares each batch out over the ranks itself), or '
-                'set THEANO_FLAGS=multigpu.mpi_check_inputs=False to train each rank on its '
-                'share of the rows of its own batch (see the README)'
-                % (other, len(per_rank), name, self.call))
+                'another %s than the other ranks in %s (its digest differs); hand every rank '
+                'the same data in the same order (the same files, sorted; the same seed; no '
+                'data sharded by rank: the shim shares each batch out over the ranks itself), '
+                'or set THEANO_FLAGS=multigpu.mpi_check_inputs=False to train each rank on '
+                'its share of the rows of its own batch (see the README)'
+                % (other, len(rows), name, self.call))
 
     def infer_shape(self, node, shapes):
         rows = node.inputs[0]
@@ -128,14 +150,16 @@ class AllGatherRows(gof.Op):
                 grads.append(DisconnectedType()())
                 continue
             if not self.replicated:
-                g, = AllReduceSum(1, self.call)(g, return_list=True)
+                g, = AllReduceSum(1)(g, return_list=True)
             grads.append(g[start:start + block.shape[0]])
         return grads + [DisconnectedType()() for _ in self.checked]
 
 
-def digests_of(call, arrays):
-    """64-bit XXH3 digests, as bytes: of ``call``, then of each array's
-    dtype, shape and bytes (about 30 GB/s)."""
+def digests_of(arrays):
+    """64-bit XXH3 digests of each array's dtype, shape and bytes (about
+    30 GB/s), as bytes."""
+    if not arrays:
+        return np.empty(0, np.uint8)
     try:
         import xxhash
     except ImportError as error:
@@ -143,7 +167,7 @@ def digests_of(call, arrays):
             'theano_multigpu under MPI expects xxhash, to check that every rank was '
             'handed the same batch, but importing it failed (%s); install it (pip install '
             'xxhash), or set THEANO_FLAGS=multigpu.mpi_check_inputs=False' % error)
-    digests = [xxhash.xxh3_64_intdigest(call.encode('utf8'))]
+    digests = []
     for a in arrays:
         a = np.ascontiguousarray(a)
         header = ('%s %s' % (a.dtype.str, a.shape)).encode('ascii')
@@ -156,11 +180,10 @@ class AllReduceSum(gof.Op):
     one buffer (``FusedSum``).  The first ``pieces`` inputs are summed;
     further inputs are read by no one: they order the collective after the
     ops computing them, so every rank calls the collectives in one order."""
-    __props__ = ('pieces', 'call')
+    __props__ = ('pieces',)
 
-    def __init__(self, pieces, call='a compiled function'):
+    def __init__(self, pieces):
         self.pieces = pieces
-        self.call = call
 
     def make_node(self, *inputs):
         inputs = [tensor.as_tensor_variable(i) for i in inputs]
@@ -172,7 +195,7 @@ class AllReduceSum(gof.Op):
 
     def perform(self, node, inputs, outputs):
         started = time.perf_counter()
-        for out, total in zip(outputs, fused_sum().sum(inputs[:self.pieces], self.call)):
+        for out, total in zip(outputs, fused_sum().sum(inputs[:self.pieces])):
             out[0] = total
         collective_seconds['allreduce'] += time.perf_counter() - started
 
@@ -183,5 +206,5 @@ class AllReduceSum(gof.Op):
         return [[i == j for j in range(self.pieces)] for i in range(len(node.inputs))]
 
     def grad(self, inputs, output_grads):
-        return (AllReduceSum(self.pieces, self.call)(*output_grads, return_list=True)
+        return (AllReduceSum(self.pieces)(*output_grads, return_list=True)
                 + [DisconnectedType()()] * (len(inputs) - self.pieces))

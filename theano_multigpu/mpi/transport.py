@@ -9,7 +9,7 @@ import numpy as np
 import theano
 
 from ..graph.rows import slice_bounds
-from .world import collective, world
+from .world import world
 
 __all__ = ['FusedSum', 'fused_sum']
 
@@ -25,7 +25,9 @@ class FusedSum(object):
     any memory model (a barrier alone is enough on x86, not everywhere).
     Between machines, one rank per machine
     (its leader) sums slot 0 with MPI Allreduce.  With ``shared_memory``
-    off every rank is its own leader: MPI Allreduce alone.
+    off every rank is its own leader: MPI Allreduce alone.  Its
+    collectives block: a step sums after its gather (``AllGatherRows``),
+    which waits within multigpu.mpi_timeout and shows every rank runs it.
     """
 
     def __init__(self, comm, shared_memory=True):
@@ -36,10 +38,9 @@ class FusedSum(object):
         self.leaders = leaders if leaders != MPI.COMM_NULL and leaders.Get_size() > 1 else None
         self.window, self.slot_bytes = None, 0
 
-    def sum(self, arrays, call='a fused sum'):
+    def sum(self, arrays):
         """Each of ``arrays`` (one dtype) summed over the ranks: new arrays,
-        the same on every rank.  ``call``: what every rank runs (for the
-        error when some do not, see ``world.complete``)."""
+        the same on every rank."""
         from mpi4py import MPI
         dtype = arrays[0].dtype
         count = sum(a.size for a in arrays)
@@ -48,28 +49,28 @@ class FusedSum(object):
         offsets = np.cumsum([0] + [a.size for a in arrays])
         for a, start, stop in zip(arrays, offsets[:-1], offsets[1:]):
             slots[node_rank][start:stop] = a.ravel()
-        self._synchronise(call)
+        self._synchronise()
         lo, hi = slice_bounds(count, node_size)[node_rank]
         total = slots[0][lo:hi]
         for slot in slots[1:]:
             np.add(total, slot[lo:hi], out=total)
         if self.leaders is not None:
-            self._synchronise(call)
-            collective(self.leaders, 'Allreduce', (MPI.IN_PLACE, slots[0], MPI.SUM), call)
-        self._synchronise(call)
+            self._synchronise()
+            self.leaders.Allreduce(MPI.IN_PLACE, slots[0], op=MPI.SUM)
+        self._synchronise()
         sums = [slots[0][start:stop].reshape(a.shape).copy()
                 for a, start, stop in zip(arrays, offsets[:-1], offsets[1:])]
         # Slot 0 is rewritten by the next call: not before every rank read it.
-        self._synchronise(call)
+        self._synchronise()
         return sums
 
-    def _synchronise(self, call):
+    def _synchronise(self):
         """What each rank of the machine wrote into the window before is
         seen by every rank after, as MPI-3 specifies for shared memory
         (inside the window's passive-target epoch): Win_sync, a barrier,
         Win_sync."""
         self.window.Sync()
-        collective(self.node, 'Barrier', (), call)
+        self.node.Barrier()
         self.window.Sync()
 
     def _slot(self, q, count, dtype):

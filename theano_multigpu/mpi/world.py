@@ -10,13 +10,16 @@ Importing mpi4py starts MPI, so it is imported here, on first use, and only
 under MPI (``theano_multigpu.config.mpi_environment`` tells, from the
 environment alone).
 """
+import contextlib
 import sys
+import threading
 import time
 import traceback
 
 from ..errors import RanksApartError
 
-__all__ = ['world', 'calls', 'complete', 'collective', 'wait_for_every_rank', 'timeout_seconds']
+__all__ = ['world', 'calls', 'complete', 'collective', 'wait_for_every_rank', 'timeout_seconds',
+           'without_limit']
 
 
 _world = None
@@ -74,10 +77,27 @@ def _abort_on_uncaught_exception(comm):
 SPIN_SECONDS = 0.1
 
 
+_without_limit = threading.local()
+
+
 def timeout_seconds():
-    """multigpu.mpi_timeout in seconds (``inf``: no limit)."""
+    """multigpu.mpi_timeout in seconds (``inf``: no limit, also inside
+    ``without_limit``)."""
     import theano
+    if getattr(_without_limit, 'depth', 0):
+        return float('inf')
     return float(theano.config.multigpu.mpi_timeout)
+
+
+@contextlib.contextmanager
+def without_limit():
+    """Collectives inside wait without a time limit: where another rank may
+    still be compiling what it needs to join them."""
+    _without_limit.depth = getattr(_without_limit, 'depth', 0) + 1
+    try:
+        yield
+    finally:
+        _without_limit.depth -= 1
 
 
 def complete(request, call, timeout_s=None, why=''):
@@ -85,7 +105,7 @@ def complete(request, call, timeout_s=None, why=''):
     starts in ``call`` (the Keras call or function they all make).  After
     ``timeout_s`` seconds (default multigpu.mpi_timeout; ``inf``: no limit)
     raise RanksApartError, which, uncaught, ends every rank; ``why`` adds
-    what the call does on every rank."""
+    what else keeps ranks apart there."""
     if request.Test():
         return
     timeout_s = timeout_seconds() if timeout_s is None else timeout_s
@@ -99,22 +119,23 @@ def complete(request, call, timeout_s=None, why=''):
             comm, rank, size = world()
             raise RanksApartError(
                 'every MPI rank must make the same Keras calls, but rank %d of %d waited '
-                '%g s (multigpu.mpi_timeout) in %s for ranks that did not call it; call '
-                'it on every rank, not under a test of the rank%s (a rank that computes '
-                'or writes for longer than that needs a larger multigpu.mpi_timeout)'
-                % (rank, size, timeout_s, call, why))
+                '%g s (multigpu.mpi_timeout) in %s for ranks that did not call it%s; call '
+                'it on every rank, not under a test of the rank (where ranks take longer '
+                'than that to reach it, loading data, computing or writing, raise '
+                'multigpu.mpi_timeout)' % (rank, size, timeout_s, call, why))
         if waited > SPIN_SECONDS:
             time.sleep(0.001)
 
 
-def collective(comm, name, args, call):
+def collective(comm, name, args, call, why=''):
     """MPI collective ``name`` (e.g. 'Allgatherv') of ``comm`` on ``args``,
     made by every rank in ``call``: its non-blocking form, waited for
-    within multigpu.mpi_timeout (the blocking form where that is ``inf``)."""
+    within multigpu.mpi_timeout (the blocking form where that is ``inf``);
+    ``why``: see ``complete``."""
     if timeout_seconds() == float('inf'):
         getattr(comm, name)(*args)
     else:
-        complete(getattr(comm, 'I' + name.lower())(*args), call)
+        complete(getattr(comm, 'I' + name.lower())(*args), call, why=why)
 
 
 def wait_for_every_rank(call, timeout_s=None, why=''):
