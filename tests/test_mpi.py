@@ -192,12 +192,15 @@ if rank == 0 and fault == 'guarded predict':
     model.predict(x)                   # alone: the ranks agree before compiling it
 if fault == 'other targets':        # in the test function (its statistics
     model.test_on_batch(x, y[::-1].copy() if rank == 2 else y)   # are not gathered)
+if rank == 1 and fault == 'other inputs':
+    x = 2 * x
 if rank == 1 and fault == 'fewer rows':
     x, y = x[:8], y[:8]
 for step in range(100000):   # rank 0 waits in the collectives for rank 1
     model.train_on_batch(x, y)
 """
 _compiled_faults = []
+FAULT_FLAGS = {'fewer rows': ',multigpu.mpi_check_inputs=False'}
 
 
 @pytest.mark.parametrize('fault,ranks,expected', [
@@ -209,27 +212,31 @@ _compiled_faults = []
     ('guarded save', 2, r"every MPI rank must make the same Keras calls, but rank [01] of 2 "
                         r"waited 3 s \(multigpu.mpi_timeout\) in (save_weights|Keras's train "
                         r"function) for ranks that did not call it"),
-    ('guarded predict', 2, r"every MPI rank must make the same Keras calls, but rank [01] of 2 "
+    ('guarded predict', 3, r"every MPI rank must make the same Keras calls, but rank [012] of 3 "
                            r"waited 3 s \(multigpu.mpi_timeout\) in Keras's (predict|train) "
                            r"function"),
+    ('other inputs', 2, r"every MPI rank must be handed the same batch, but rank 1 of 2 was "
+                        r"handed another dense_input_1 than rank 0 in Keras's train function"),
     ('other targets', 3, r"every MPI rank must be handed the same batch, but rank 2 of 3 was "
                          r"handed another dense_2_target than the other ranks in Keras's test "
                          r"function"),
-    # Rank 1's parts of the gathers are smaller than rank 0 expects.
-    ('fewer rows', 2, r"every MPI rank must (be handed the same batch, but rank [01] of 2 was "
-                      r"handed another dense_input_1|make the same Keras calls.*(with batches "
-                      r"of the same size|a batch of another size than its (10|8) rows))"),
+    # With the inputs' check off: rank 1's parts of the gathers are smaller
+    # than rank 0 expects, and their headers say why.
+    ('fewer rows', 2, r"every MPI rank must (be handed the same batch, but rank 1 of 2 was "
+                      r"handed a batch of another size than rank 0 in Keras's train function|"
+                      r"make the same Keras calls with batches of the same size)"),
 ])
 def test_a_failing_rank_ends_every_rank_within_a_minute(home, fault, ranks, expected):
     """Every rank exits non-zero with the fault's error: a rank that raises or
     dies, models that differ, a Keras call made on one rank alone (the
-    others wait multigpu.mpi_timeout), a rank handed other targets (in a
-    model with batch normalisation, whose statistics the test function
-    does not gather) or fewer rows."""
+    others wait multigpu.mpi_timeout), a rank handed other inputs, other
+    targets (in the test function of a model with batch normalisation,
+    whose statistics it does not gather) or fewer rows (with the inputs'
+    check off)."""
     script = home / 'fault.py'
     script.write_text(FAULT_SCRIPT)
     timed = fault not in ('layer size', 'optimizer')
-    flags = 'multigpu.mpi_timeout=3'
+    flags = 'multigpu.mpi_timeout=3' + FAULT_FLAGS.get(fault, '')
     # Compile first, untimed (a cold cache takes minutes): the same model
     # without a fault, once.
     if timed and not _compiled_faults:

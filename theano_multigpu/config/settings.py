@@ -117,9 +117,11 @@ def _register_settings(configparser):
         Param('0', filter=_filter_save_on), in_c_key=False)
     add('multigpu.mpi_timeout',
         "Under MPI: how many seconds a rank waits in a collective (a training, "
-        "test or prediction step, a save, a function's first compile) for the "
-        "other ranks to make the same call before it stops every rank with an "
-        "error; 'inf': no limit (MPI's blocking collectives).",
+        "test or prediction step, a save, the agreement before a function's "
+        "first compile) for the other ranks to make the same call before it "
+        "stops every rank with an error (a function's first step at each batch "
+        "size waits without limit: a rank may be compiling); 'inf': no limit "
+        "(MPI's blocking collectives).  Finite or not, the same on every rank.",
         Param('300', filter=_filter_mpi_timeout), in_c_key=False)
     add('multigpu.mpi_check_inputs',
         "Under MPI: each step, every rank checks that every rank was handed the "

@@ -54,8 +54,9 @@ def _settings():
     multigpu = theano.config.multigpu
     timeout = 'inf' if float(multigpu.mpi_timeout) == float('inf') else 'finite'
     return ('multigpu.mpi_timeout %s, multigpu.mpi_check_inputs %s, '
-            'multigpu.mpi_shared_memory %s' % (timeout, multigpu.mpi_check_inputs,
-                                               multigpu.mpi_shared_memory))
+            'multigpu.mpi_shared_memory %s, multigpu.batchnorm %s'
+            % (timeout, multigpu.mpi_check_inputs, multigpu.mpi_shared_memory,
+               multigpu.batchnorm))
 
 
 def _shape(shared_variable):

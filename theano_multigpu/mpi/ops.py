@@ -32,10 +32,12 @@ class AllGatherRows(gof.Op):
     every rank), then this rank's blocks, then the inputs every rank must
     have been handed alike (``checked`` names them).  One MPI Allgatherv
     moves it all as bytes, each rank's part headed by digests: of the
-    function (``call``, the title errors name, and ``serial``, its number
-    among the functions the ranks agreed on) and of each checked input.  A
-    rank that runs another function at this step, or was handed other
-    inputs, stops every rank with RanksApartError naming it and the input.
+    gather (its function: ``call``, the title errors name, and ``serial``,
+    its number among the functions the ranks agreed on; what it gathers;
+    the inputs it checks), of its layout (rows per rank, bytes per row) and
+    of each checked input.  A rank that runs another function at this
+    step, or was handed a batch of another size or other inputs, stops
+    every rank with RanksApartError naming it and the input.
     The Allgatherv waits within multigpu.mpi_timeout; once it has, every
     rank is known to run this step, and the step's other collectives wait
     as MPI's blocking ones do.
@@ -65,11 +67,12 @@ class AllGatherRows(gof.Op):
         comm, rank, size = world()
         rows = [int(r) for r in inputs[0]]
         blocks, checked = inputs[1:1 + len(outputs)], inputs[1 + len(outputs):]
-        header = np.concatenate([self._identity(), digests_of(checked)])
-        started = time.perf_counter()
         # Bytes one row of each block takes: the same on every rank.
         row_bytes = [int(np.prod(b.shape[1:], dtype=np.int64)) * b.dtype.itemsize
                      for b in blocks]
+        header = np.concatenate([self._identity(), _digest_of_text(repr((rows, row_bytes))),
+                                 digests_of(checked)])
+        started = time.perf_counter()
         per_rank = [header.size + r * sum(row_bytes) for r in rows]
         send = np.concatenate([header] + [np.ascontiguousarray(b).view(np.uint8).ravel()
                                           for b in blocks])
@@ -80,19 +83,19 @@ class AllGatherRows(gof.Op):
         received = np.empty(sum(per_rank), np.uint8)
         try:
             collective(comm, 'Allgatherv',
-                       ([send, MPI.BYTE], [received, (per_rank, None), MPI.BYTE]), self.call,
-                       ' (or were handed a batch of another size than its %d rows)' % sum(rows))
+                       ([send, MPI.BYTE], [received, (per_rank, None), MPI.BYTE]), self.call)
         except MPI.Exception as error:
             raise RanksApartError(
                 'every MPI rank must make the same Keras calls with batches of the same size, '
-                'but at this step the ranks sent parts of %s of other sizes than this rank '
-                '(%d of %d) expected (MPI: %s): ranks were handed batches of different sizes, '
-                'or ran different functions' % (self.call, rank, size, error))
+                'but at this step of %s other ranks sent parts of another size than this rank '
+                '(%d of %d, %d rows) expected (MPI: %s): a rank was handed a batch of another '
+                'size, or ran another function' % (self.call, rank, size, sum(rows), error))
         # Rank r's part: its header (at the part's start, where a part of
         # another size than expected still puts it), then its rows of
         # block 0, of block 1, ...
         offsets = np.concatenate([[0], np.cumsum(per_rank)])
-        self._compare([received[start:start + header.size] for start in offsets[:-1]])
+        self._compare([received[start:start + header.size] for start in offsets[:-1]],
+                      sum(rows))
         for k, (block, out) in enumerate(zip(blocks, outputs)):
             pieces = []
             for r in range(size):
@@ -103,34 +106,45 @@ class AllGatherRows(gof.Op):
         collective_seconds['allgather'] += time.perf_counter() - started
 
     def _identity(self):
-        """The function's digest (8 bytes): of its title and number."""
-        text = ('%s #%d' % (self.call, self.serial)).encode('utf8')
-        return np.frombuffer(hashlib.blake2b(text, digest_size=8).digest(), np.uint8)
+        """The digest of this gather: of its function (title and number),
+        of what it gathers and of the inputs it checks."""
+        return _digest_of_text(repr((self.call, self.serial, self.replicated, self.checked)))
 
-    def _compare(self, headers):
-        """Stop, on every rank alike, at the first rank whose header differs
-        from the one most ranks hold (rank 0's on a tie)."""
+    def _compare(self, headers, batch_rows):
+        """Stop, on every rank alike, at the first rank whose header (the
+        gather's digest, its layout's, its inputs') differs from the one
+        more than half the ranks hold, else from rank 0's."""
         rows = np.stack(headers).view(np.uint64)
-        counts = [sum(np.array_equal(a, b) for b in rows) for a in rows]
-        agreed = rows[int(np.argmax(counts))]
+        if (rows == rows[0]).all():
+            return
+        kinds, counts = np.unique(rows, axis=0, return_counts=True)
+        majority = counts.max() * 2 > len(rows)
+        agreed = kinds[int(np.argmax(counts))] if majority else rows[0]
+        than = 'the other ranks' if majority else 'rank 0'
         for other, theirs in enumerate(rows):
             if np.array_equal(theirs, agreed):
                 continue
             if theirs[0] != agreed[0]:
                 raise RanksApartError(
                     'every MPI rank must make the same Keras calls, but at this step rank %d '
-                    'of %d ran another compiled function than the other ranks (this rank, %d, '
-                    'runs %s); call it on every rank, not under a test of the rank'
-                    % (other, len(rows), self.rank, self.call))
-            name = self.checked[int(np.argmax(theirs[1:] != agreed[1:]))]
+                    'of %d ran another compiled function than %s (this rank, %d, runs %s); '
+                    'call it on every rank, not under a test of the rank'
+                    % (other, len(rows), than, self.rank, self.call))
+            if theirs[1] != agreed[1]:
+                raise RanksApartError(
+                    'every MPI rank must be handed the same batch, but rank %d of %d was handed '
+                    'a batch of another size than %s in %s (this rank, %d, holds %d rows); '
+                    'hand every rank the same data' % (other, len(rows), than, self.call,
+                                                       self.rank, batch_rows))
+            name = self.checked[int(np.argmax(theirs[2:] != agreed[2:]))]
             raise RanksApartError(
                 'every MPI rank must be handed the same batch, but rank %d of %d was handed '
-                'another %s than the other ranks in %s (its digest differs); hand every rank '
-                'the same data in the same order (the same files, sorted; the same seed; no '
-                'data sharded by rank: the shim shares each batch out over the ranks itself), '
-                'or set THEANO_FLAGS=multigpu.mpi_check_inputs=False to train each rank on '
-                'its share of the rows of its own batch (see the README)'
-                % (other, len(rows), name, self.call))
+                'another %s than %s in %s (its digest differs); hand every rank the same '
+                'data in the same order (the same files, sorted; the same seed; no data '
+                'sharded by rank: the shim shares each batch out over the ranks itself), or '
+                'set THEANO_FLAGS=multigpu.mpi_check_inputs=False to train each rank on its '
+                'share of the rows of its own batch (see the README)'
+                % (other, len(rows), name, than, self.call))
 
     def infer_shape(self, node, shapes):
         rows = node.inputs[0]
@@ -153,6 +167,11 @@ class AllGatherRows(gof.Op):
                 g, = AllReduceSum(1)(g, return_list=True)
             grads.append(g[start:start + block.shape[0]])
         return grads + [DisconnectedType()() for _ in self.checked]
+
+
+def _digest_of_text(text):
+    """8 bytes: a digest of ``text``."""
+    return np.frombuffer(hashlib.blake2b(text.encode('utf8'), digest_size=8).digest(), np.uint8)
 
 
 def digests_of(arrays):

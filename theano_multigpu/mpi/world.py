@@ -18,8 +18,8 @@ import traceback
 
 from ..errors import RanksApartError
 
-__all__ = ['world', 'calls', 'complete', 'collective', 'wait_for_every_rank', 'timeout_seconds',
-           'without_limit']
+__all__ = ['world', 'calls', 'complete', 'collective', 'wait_for_every_rank',
+           'configured_timeout', 'timeout_seconds', 'without_limit']
 
 
 _world = None
@@ -80,13 +80,19 @@ SPIN_SECONDS = 0.1
 _without_limit = threading.local()
 
 
-def timeout_seconds():
-    """multigpu.mpi_timeout in seconds (``inf``: no limit, also inside
-    ``without_limit``)."""
+def configured_timeout():
+    """multigpu.mpi_timeout in seconds (``inf``: no limit; the ranks agree
+    on whether it is, see agreement.py)."""
     import theano
+    return float(theano.config.multigpu.mpi_timeout)
+
+
+def timeout_seconds():
+    """How long a rank waits here: multigpu.mpi_timeout, ``inf`` inside
+    ``without_limit``."""
     if getattr(_without_limit, 'depth', 0):
         return float('inf')
-    return float(theano.config.multigpu.mpi_timeout)
+    return configured_timeout()
 
 
 @contextlib.contextmanager
@@ -127,15 +133,16 @@ def complete(request, call, timeout_s=None, why=''):
             time.sleep(0.001)
 
 
-def collective(comm, name, args, call, why=''):
+def collective(comm, name, args, call):
     """MPI collective ``name`` (e.g. 'Allgatherv') of ``comm`` on ``args``,
     made by every rank in ``call``: its non-blocking form, waited for
-    within multigpu.mpi_timeout (the blocking form where that is ``inf``);
-    ``why``: see ``complete``."""
-    if timeout_seconds() == float('inf'):
+    within ``timeout_seconds()``; the blocking form where
+    multigpu.mpi_timeout is ``inf`` (the form depends on the setting alone,
+    the same on every rank: the two forms never match each other)."""
+    if configured_timeout() == float('inf'):
         getattr(comm, name)(*args)
     else:
-        complete(getattr(comm, 'I' + name.lower())(*args), call, why=why)
+        complete(getattr(comm, 'I' + name.lower())(*args), call)
 
 
 def wait_for_every_rank(call, timeout_s=None, why=''):
