@@ -1,6 +1,8 @@
 """Ranks that agree: the same model, rank 0's weights, rank 0's random
 state.
 """
+import weakref
+
 import numpy as np
 
 from .world import calls, wait_for_every_rank, world
@@ -8,7 +10,10 @@ from .world import calls, wait_for_every_rank, world
 __all__ = ['agree_and_broadcast', 'share_random_state']
 
 
-_agreed = set()
+# The weights broadcast before, held weakly: the id of a weight freed with
+# its model is reused by the next objects, so ids would mistake a new
+# weight for an old one.
+_agreed = weakref.WeakSet()
 _functions_agreed = 0
 
 
@@ -36,12 +41,16 @@ def agree_and_broadcast(shared_variables, title):
                 'every MPI rank must build the same model, but rank %d differs from '
                 'rank 0 in %s: %s; run the same script with the same settings on '
                 'every rank' % (other, title, _first_difference(signatures[0], theirs)))
-    fresh = [v for v in shared_variables if id(v) not in _agreed]
-    values = comm.bcast([v.get_value() for v in fresh] if rank == 0 else None, root=0)
+    # Rank 0 says which weights are fresh: each rank's memory of those
+    # broadcast before is its own.
+    fresh = [k for k, v in enumerate(shared_variables) if v not in _agreed]
+    indices, values = comm.bcast(
+        (fresh, [shared_variables[k].get_value() for k in fresh]) if rank == 0 else None,
+        root=0)
     if rank != 0:
-        for variable, value in zip(fresh, values):
-            variable.set_value(value)
-    _agreed.update(id(v) for v in fresh)
+        for k, value in zip(indices, values):
+            shared_variables[k].set_value(value)
+    _agreed.update(shared_variables)
     global _functions_agreed
     _functions_agreed += 1
     return _functions_agreed
