@@ -33,8 +33,8 @@ def _wait_for_rank_zero(call):
 
 
 def _saved_by_rank_zero(save, call, writes):
-    """``save`` where this rank ``writes``; every rank returns once every
-    rank's has returned.  A save made inside another (none in Keras 1.x)
+    """``save`` (or a CSVLogger method) where this rank ``writes``; every
+    rank returns once every rank's has returned.  A save made inside another (none in Keras 1.x)
     waits with the outer one."""
     def save_on_rank_zero(*args, **kwargs):
         if getattr(_inside_a_save, 'call', None):
@@ -49,16 +49,6 @@ def _saved_by_rank_zero(save, call, writes):
     save_on_rank_zero.__name__ = getattr(save, '__name__', call)
     save_on_rank_zero.__doc__ = getattr(save, '__doc__', None)
     return save_on_rank_zero
-
-
-def _written_by_rank_zero(method, call, writes):
-    """A CSVLogger method: the ranks that write write (and flush), then
-    every rank waits for them."""
-    def on_rank_zero(self, *args, **kwargs):
-        if writes:
-            method(self, *args, **kwargs)
-        _wait_for_rank_zero(call)
-    return on_rank_zero
 
 
 def _rank_zero_prints_and_logs(rank, writes):
@@ -76,7 +66,7 @@ def _rank_zero_prints_and_logs(rank, writes):
             if not writes:
                 csv_logger.on_train_begin = _nothing
             for name in ('on_epoch_end', 'on_train_end'):
-                setattr(csv_logger, name, _written_by_rank_zero(
+                setattr(csv_logger, name, _saved_by_rank_zero(
                     getattr(csv_logger, name), 'CSVLogger.%s' % name, writes))
     return install
 

@@ -55,6 +55,9 @@ class AllGatherRows(gof.Op):
         self.checked = tuple(checked)
         self.call = call
         self.serial = serial
+        # The digest of this gather: of its function (title and number), of
+        # what it gathers and of the inputs it checks.
+        self.identity = _digest_of_text(repr((call, serial, replicated, self.checked)))
 
     def make_node(self, rows, *blocks_and_checked):
         rows = tensor.as_tensor_variable(rows)
@@ -70,7 +73,7 @@ class AllGatherRows(gof.Op):
         # Bytes one row of each block takes: the same on every rank.
         row_bytes = [int(np.prod(b.shape[1:], dtype=np.int64)) * b.dtype.itemsize
                      for b in blocks]
-        header = np.concatenate([self._identity(), _digest_of_text(repr((rows, row_bytes))),
+        header = np.concatenate([self.identity, _digest_of_text(repr((rows, row_bytes))),
                                  digests_of(checked)])
         started = time.perf_counter()
         per_rank = [header.size + r * sum(row_bytes) for r in rows]
@@ -104,11 +107,6 @@ class AllGatherRows(gof.Op):
                 pieces.append(piece.view(block.dtype).reshape((rows[r],) + block.shape[1:]))
             out[0] = np.concatenate(pieces, axis=0)
         collective_seconds['allgather'] += time.perf_counter() - started
-
-    def _identity(self):
-        """The digest of this gather: of its function (title and number),
-        of what it gathers and of the inputs it checks."""
-        return _digest_of_text(repr((self.call, self.serial, self.replicated, self.checked)))
 
     def _compare(self, headers, batch_rows):
         """Stop, on every rank alike, at the first rank whose header (the
