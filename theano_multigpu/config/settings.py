@@ -51,6 +51,7 @@ _filter_check = _filter_choice('multigpu.check', CHECK_ACTIONS, 'error')
 _filter_batchnorm = _filter_choice('multigpu.batchnorm', BATCHNORM_MODES, 'local')
 _filter_scan_loop = _filter_choice('multigpu.scan_loop', SCAN_LOOPS, 'python')
 _filter_save_on = _filter_choice('multigpu.save_on', SAVE_ON, 'all')
+_filter_mpi_timeout = _filter_with(functools.partial(parse_seconds, 'multigpu.mpi_timeout'))
 
 
 def _filter_names(flag):
@@ -118,8 +119,7 @@ def _register_settings(configparser):
         "stops every rank with an error (a function's first step at each batch "
         "size waits without limit: a rank may be compiling); 'inf': no limit "
         "(MPI's blocking collectives).  Finite or not, the same on every rank.",
-        Param('300', filter=_filter_with(
-            functools.partial(parse_seconds, 'multigpu.mpi_timeout'))), in_c_key=False)
+        Param('300', filter=_filter_mpi_timeout), in_c_key=False)
     add('multigpu.mpi_check_inputs',
         "Under MPI: each step, every rank checks that every rank was handed the "
         "same inputs, targets and sample weights (a digest of each travels with "
