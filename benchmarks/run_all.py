@@ -11,6 +11,7 @@ import layerwise  # noqa: E402
 import mpi  # noqa: E402
 import one_context  # noqa: E402
 import scan_cost  # noqa: E402
+import sharding  # noqa: E402
 import startup  # noqa: E402
 import window_sync  # noqa: E402
 
@@ -22,6 +23,7 @@ def main():
     scan_cost.main([])
     one_context.main([])
     batchwise.main([])
+    sharding.main([])
     batchnorm.main([])
     layerwise.main([])
     mpi.main([])

@@ -8,8 +8,10 @@ NAME afresh and answers the seconds its train function takes to compile;
 ``{"moved": NAME}`` (under the shim) answers the bytes the shim's transfers
 moved in one step and the model's parameter bytes; ``{"placement": NAME}``
 (layer-wise) answers, per context, the bytes resident for the compiled
-train function and the bytes the plan counted for NAME's layers.  Each reply is one JSON
-line.
+train function and the bytes the plan counted for NAME's layers;
+``{"traffic": NAME}`` answers one step's bytes each context sent to and
+received from the others, and each context's resident bytes.  Each reply is
+one JSON line.
 
 Under mpirun every rank runs it: rank 0 reads the requests and passes each
 to the others (which wait without spinning, so a worker not being timed
@@ -51,6 +53,29 @@ def placement_of(model):
                    for name in current.names)
     return {'resident': dict((name, int(resident.get(name, 0))) for name in current.names),
             'planned': planned}
+
+
+def traffic_of(case):
+    """One step's bytes each context sent to and received from the other
+    contexts (the host's copies of the batch left out), each context's
+    resident bytes, and the parameter bytes."""
+    from theano_multigpu.config import mesh
+    from theano_multigpu.graph import report, transfer
+    current = mesh.current()
+    name_of = dict((current.graph_name(name), name) for name in current.names)
+    before = dict(transfer.bytes_moved)
+    case.model.train_on_batch(case.x, case.y)
+    sent, received = dict.fromkeys(current.names, 0), dict.fromkeys(current.names, 0)
+    for (source, destination), n in transfer.bytes_moved.items():
+        n -= before.get((source, destination), 0)
+        if source in name_of and destination in name_of:
+            sent[name_of[source]] += n
+            received[name_of[destination]] += n
+    model = getattr(case.model, 'model', case.model)
+    resident = report.resident_bytes(model.train_function.function, current)
+    return {'sent': sent, 'received': received,
+            'resident': dict((name, int(resident.get(name, 0))) for name in current.names),
+            'parameter_bytes': sum(w.nbytes for w in case.model.get_weights())}
 
 
 def requests():
@@ -138,6 +163,8 @@ def main():
             case.model.train_on_batch(case.x, case.y)
             answer = {'bytes': sum(transfer.bytes_moved.values()) - before,
                       'parameter_bytes': sum(w.nbytes for w in case.model.get_weights())}
+        elif 'traffic' in request:
+            answer = traffic_of(cases[request['traffic']])
         elif 'placement' in request:
             answer = placement_of(cases[request['placement']].model)
         elif 'fused_sum' in request:

@@ -17,9 +17,11 @@ from conftest import FOUR, ONE, TWO, needs_pocl, run_python, train_models
 
 pytestmark = needs_pocl
 
+# 2 and 4 contexts shard the weights (multigpu.shard, the default).
 # 'local': multigpu.batchnorm=local, each replica normalising with its
-# rows' statistics.
-CONFIGURATIONS = {1: ONE, 2: TWO, 4: FOUR, 'local': TWO + ',multigpu.batchnorm=local'}
+# rows' statistics, and the master holding every weight (multigpu.shard=False).
+CONFIGURATIONS = {1: ONE, 2: TWO, 4: FOUR,
+                  'local': TWO + ',multigpu.batchnorm=local,multigpu.shard=False'}
 # The context names heavy ops run on (the master is Theano's default, None).
 GRAPH_NAMES = {2: ['None', 'dev1'], 4: ['None', 'dev1', 'dev2', 'dev3'],
                'local': ['None', 'dev1']}
@@ -37,9 +39,11 @@ MODELS = EXACT
 # To keep the suite short (compiling dominates), 4 contexts train the models
 # whose split differs from 2 contexts': uneven slices (batch 10 as 2, 3, 2,
 # 3 rows) and a batch smaller than the number of contexts (mlp@3).
+# The master alone holding the weights ('local') trains a model with a
+# regulariser and dropout, and a stateful one.
 MODELS_ON = {1: MODELS, 2: MODELS,
              4: ['mlp', 'cnn', 'functional', 'mlp@3', 'vae_symbolic', 'cnn_bn'],
-             'local': ['cnn_bn']}
+             'local': ['cnn_bn', 'mlp_dropout', 'stateful_lstm']}
 STEPS, BATCH = 5, 10
 RTOL, ATOL = 1e-4, 1e-6
 
@@ -58,7 +62,8 @@ def _keys(results, name, prefix=''):
 
 
 def _cases(names):
-    return [(n, name) for n in (2, 4) for name in names if name in MODELS_ON[n]]
+    return [(n, name) for n in (2, 4, 'local') for name in names
+            if name in MODELS_ON[n] and (n, name) != ('local', 'cnn_bn')]
 
 
 @pytest.mark.parametrize('n,name', _cases(EXACT))
@@ -74,6 +79,26 @@ def test_same_weights_losses_predictions(runs, n, name):
 def test_every_context_computes_and_placement_holds(runs, n, name):
     assert set(GRAPH_NAMES[n]) <= set(runs[n][name + '/contexts']), runs[n][name + '/contexts']
     assert list(runs[n][name + '/misplaced']) == []
+
+
+# Trained before any model with a random generator: the plan balances the
+# whole process, and a generator's state (360 KiB, on the master) sends the
+# small models trained after it to the other contexts.
+SPREAD = ('mlp', 'cnn', 'functional')
+
+
+@pytest.mark.parametrize('n,name', [case for case in _cases(MODELS) if case[0] != 'local'])
+def test_sharded_weights_sit_where_the_plan_counted_them(runs, n, name):
+    """Sharded, each context holds the bytes the plan counted there (every
+    shared variable of the train function: weights, optimizer state,
+    random generators' states), within 5%; and the first models' weights
+    are spread: more than one context holds some."""
+    memory = runs[n][name + '/memory']   # [[resident, planned] per context]
+    assert memory.shape == (len(GRAPH_NAMES[n]), 2)
+    for context, (resident, planned) in enumerate(memory):
+        assert abs(int(resident) - int(planned)) <= 0.05 * max(int(planned), 1), (context, memory)
+    if name in SPREAD:
+        assert (memory[:, 0] > 0).sum() >= 2, memory
 
 
 def test_local_batch_normalisation_differs_but_its_running_statistics_are_the_batch(runs):
@@ -208,10 +233,12 @@ def test_placement_check_names_an_op_on_the_wrong_context(home):
 
 def test_report_shows_each_context_share_ops_and_bytes(home):
     """The report of a train step at batch 10 on two contexts: 5 rows each,
-    the dot products on both, all weights resident on the master, and the
-    bytes moved measured: dev1 receives the weights, its 5 input rows and the
-    gradient of its 5 output rows, and sends back as many gradient and
-    output bytes; then which layers ran where."""
+    the dot products on both, the weights and their SGD moments sharded
+    (resident where the plan counted them), and the bytes moved measured:
+    dev1 receives the weights it does not own, the gradients of those it
+    owns, its 5 input rows and the gradient of its 5 output rows, and sends
+    as many weight and gradient bytes and its output rows; then which
+    layers ran where."""
     script = home / 'train.py'
     script.write_text(textwrap.dedent('''
         import numpy as np
@@ -233,12 +260,71 @@ def test_report_shows_each_context_share_ops_and_bytes(home):
     assert ' 0-5 of 10 ' in rows['dev0*'] and ' 5-10 of 10 ' in rows['dev1']
     rows_in, rows_out = 5 * 8 * 4, 5 * 3 * 4   # dev1's input rows, output rows
     dev1_in, dev1_out = weight_bytes + rows_in + rows_out, weight_bytes + rows_out
-    assert rows['dev1'].split()[7:11] == ['%d' % dev1_in, 'B', '%d' % dev1_out, 'B'], rows['dev1']
+    assert rows['dev1'].split()[9:13] == ['%d' % dev1_in, 'B', '%d' % dev1_out, 'B'], rows['dev1']
     for row in rows.values():
         assert 'GpuDot22' in row and 'GpuSoftmaxWithBias x1' in row
-    assert rows['dev1'].split()[5:7] == ['0', 'B']   # nothing resident on a replica
+    resident = dict((name, row.split()[5:9]) for name, row in rows.items())
+    for name, (held, unit, planned, planned_unit) in resident.items():
+        assert (held, unit) == (planned, planned_unit), rows[name]
+    held = dict((name, float(n) * {'B': 1, 'KiB': 1024}[unit])
+                for name, (n, unit, _, _) in resident.items())
+    assert abs(held['dev0*'] + held['dev1'] - 2 * weight_bytes) < 0.1 * weight_bytes
+    assert 0 < held['dev1'] < 2 * weight_bytes   # sharded
     where = [line for line in report.splitlines()
-             if line.startswith(('  layers computed', '  on the master'))]
+             if line.startswith(('  layers computed', '  on '))]
     assert where == ["  layers computed on each context's rows (dev0, dev1): dense_1, dense_2",
-                     '  on the master (dev0), over the whole batch: the loss, metrics and '
-                     'updates'], where
+                     '  on the master (dev0), over the whole batch: the loss and metrics',
+                     "  on each weight's owner: the sum of its gradients and its update"], where
+
+
+FITS_WHEN_SHARDED = '''
+    import numpy as np
+    from keras.layers import Dense
+    from keras.models import Sequential
+    from theano_multigpu.config import mesh
+    from theano_multigpu.errors import PlanError
+    from theano_multigpu.graph import report
+
+    def mlp(width):
+        model = Sequential([Dense(width, input_dim=width, activation='tanh')
+                            for _ in range(4)])
+        model.compile(loss='mse', optimizer='adam')
+        return model
+
+    rng = np.random.RandomState(0)
+    x, y = rng.rand(8, 64).astype('float32'), rng.rand(8, 64).astype('float32')
+    model = mlp(64)
+    before = model.get_weights()
+    losses = [float(model.train_on_batch(x, y)) for _ in range(2)]
+    resident = report.resident_bytes(model.model.train_function.function, mesh.current())
+    print('weights', sum(w.nbytes for w in before))
+    print('resident', *[resident.get(name, 0) for name in mesh.current().names])
+    print('moved', all(not np.allclose(a, b) for a, b in zip(before, model.get_weights())))
+    try:
+        mlp(128).train_on_batch(np.ones((8, 128), 'float32'), np.ones((8, 128), 'float32'))
+    except PlanError as error:
+        print('refused:', error)
+'''
+
+
+@pytest.mark.parametrize('flags', [TWO, FOUR], ids=['2 contexts', '4 contexts'])
+def test_a_model_one_context_cannot_hold_trains_sharded_and_a_bigger_one_stops(home, flags):
+    """Weights plus Adam's two states take 3 times the weights' bytes; with a
+    budget of 2.5 times, one context cannot hold them, the sharded contexts
+    can (each holds its share and, during a step, a copy of every weight),
+    and each holds no more than the budget.  A model 4 times bigger fits no
+    plan: it stops before compiling, with the bytes needed and available
+    per context."""
+    weights = 4 * (64 * 64 + 64) * 4
+    budget = int(2.5 * weights)
+    result = run_python(home, FITS_WHEN_SHARDED,
+                        flags=flags + ',multigpu.device_memory=%d' % budget)
+    lines = dict(line.split(' ', 1) for line in result.stdout.splitlines() if ' ' in line)
+    assert int(lines['weights']) == weights and 3 * weights > budget
+    resident = [int(n) for n in lines['resident'].split()]
+    assert sum(resident) == 3 * weights and max(resident) <= budget, resident
+    assert lines['moved'] == 'True'
+    refused = lines['refused:']
+    assert refused.startswith('sharded batch-wise mode expects each context to hold the '
+                              'weights it owns'), refused
+    assert 'dev0: needs ' in result.stdout and ', has 162.5 KiB' in result.stdout   # the budget

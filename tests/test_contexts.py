@@ -328,7 +328,8 @@ def test_info_on_two_contexts(home):
     assert re.search(r'^  contexts +dev0->opencl0:0;dev1->opencl0:1$', out, re.M)
     assert re.search(r'^  multigpu.mode +auto$', out, re.M)
     assert re.search(r'^  multigpu.master +dev1$', out, re.M)
-    assert re.search(r'^  effective mode +batch$', out, re.M)
+    assert re.search(r'^  effective mode +batch, weights sharded$', out, re.M)
+    assert re.search(r'^  multigpu.shard +True$', out, re.M)
 
 
 def test_info_without_contexts(home):

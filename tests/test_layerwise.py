@@ -25,8 +25,10 @@ RTOL, ATOL = 1e-5, 1e-6
 @pytest.fixture(scope='module')
 def runs(tmp_path_factory):
     """{number of contexts: {key: array}} of train_models.py's results."""
-    return train_models(tmp_path_factory.mktemp('layerwise'), CONFIGURATIONS,
-                        dict((n, MODELS) for n in CONFIGURATIONS), STEPS, BATCH)
+    models = dict((n, MODELS) for n in CONFIGURATIONS)
+    models[2] = MODELS + ['mlp_dropout']   # a random generator's state
+    return train_models(tmp_path_factory.mktemp('layerwise'), CONFIGURATIONS, models,
+                        STEPS, BATCH)
 
 
 CASES = [(n, name) for n in (2, 3) for name in MODELS]
@@ -61,6 +63,19 @@ def test_weights_and_state_sit_where_the_plan_says(runs, n, name):
     graph_names = ['None' if g == 'dev0' else g for g in groups]
     assert set(results[name + '/contexts']) <= set(graph_names)
     assert graph_names[-1] in set(results[name + '/contexts'])
+
+
+@pytest.mark.parametrize('n,name', CASES + [(2, 'mlp_dropout')])
+def test_each_context_holds_what_the_plan_counted(runs, n, name):
+    """The train function's shared variables hold, on each context, the
+    bytes the plan counted there (weights, optimizer state, and Dropout's
+    random generator state, on the master), within 5%."""
+    memory = runs[n][name + '/memory']   # [[resident, planned] per context]
+    assert memory.shape == (n, 2)
+    for context, (resident, planned) in enumerate(memory):
+        assert abs(int(resident) - int(planned)) <= 0.05 * max(int(planned), 1), (context, memory)
+    if name == 'mlp_dropout':
+        assert memory[0, 0] > 360 * 1024, memory   # the generator's state, on dev0
 
 
 def _deep_mlp(home, flags):

@@ -10,7 +10,9 @@ stores under its name: ``w<i>`` (weights after training), ``first/w<i>``
 ``eval`` (at the same batch), ``contexts`` (the contexts the compiled train
 function's heavy ops run on) and, under the shim, ``misplaced`` (heavy ops
 the placement check flags in the train, test and predict functions); in
-layer-wise mode also ``layer_contexts`` and ``placement_errors``; under
+layer-wise mode also ``layer_contexts`` and ``placement_errors``; in
+layer-wise and sharded batch-wise mode ``memory`` (resident and planned
+bytes per context, see ``resident_and_planned``); under
 MPI ``collectives`` (the MPI ops of the train function).  Runs unchanged on
 any backend.
 """
@@ -265,6 +267,24 @@ def layer_placement(model):
     return np.array(contexts, dtype=str), np.array(errors, dtype=str)
 
 
+def resident_and_planned(model):
+    """[[resident bytes, planned bytes] per context] of the compiled train
+    function under the shim's layer-wise or sharded batch-wise mode (what
+    its shared variables hold on each context, and what the plans counted
+    there for them), else None."""
+    if os.environ.get('KERAS_BACKEND') != 'theano_multigpu':
+        return None
+    from theano_multigpu.config import mesh
+    from theano_multigpu.graph import plan, report
+    current = mesh.current()
+    if current.mode != 'layer' and not current.sharded:
+        return None
+    train = getattr(model, 'model', model).train_function.function
+    resident = report.resident_bytes(train, current)
+    planned = plan.planned_bytes(current, [item.variable for item in train.maker.inputs])
+    return np.array([[resident.get(name, 0), planned[name]] for name in current.names])
+
+
 def mpi_collectives(theano_function):
     """Class names of the MPI ops in a compiled function, in order."""
     return np.array([type(node.op).__name__ for node in theano_function.maker.fgraph.toposort()
@@ -310,6 +330,9 @@ def main():
         placement = layer_placement(model)
         if placement is not None:
             results[name + '/layer_contexts'], results[name + '/placement_errors'] = placement
+        memory = resident_and_planned(model)
+        if memory is not None:
+            results[name + '/memory'] = memory
         print(name, 'heavy ops per context:', contexts, 'misplaced:', flagged, flush=True)
     np.savez(out, **results)
 

@@ -131,6 +131,25 @@ def _contexts_of_readers(variable, depth=8):
     return found
 
 
+def _comes_from_a_context(variable):
+    """True when ``variable`` is computed from data on a context (a GPU
+    array, or a host view of one, through ops of any arity), not from
+    constants and shapes alone."""
+    todo, seen = [variable], set()
+    while todo:
+        v = todo.pop()
+        if id(v) in seen or _is_metadata(v):
+            continue
+        seen.add(id(v))
+        if isinstance(v.type, GpuArrayType):
+            return True
+        if v.owner is not None:
+            if isinstance(v.owner.op, HostFromGpu):
+                return True
+            todo.extend(v.owner.inputs)
+    return False
+
+
 @gof.local_optimizer([tensor.Alloc, tensor.AllocEmpty])
 def local_alloc_on_clients_context(node):
     """Alloc(...) -> HostFromGpu(GpuAlloc<c>(...)) when no input of the
@@ -146,6 +165,8 @@ def local_alloc_on_clients_context(node):
         return False
     if any(v.owner is not None and isinstance(v.owner.op, HostFromGpu) for v in node.inputs):
         return False   # the lifter places it by that input
+    if isinstance(node.op, tensor.Alloc) and _comes_from_a_context(node.inputs[0]):
+        return False   # a value computed on a context: the lifter places it there
     contexts = _contexts_of_readers(output)
     named = contexts - {None}   # None: the default context, or none found
     if len(named) != 1 or 'output' in named:

@@ -18,6 +18,7 @@ class Mesh(object):
         self.devices = dict(devices)
         self.master = master
         self.mode = mode
+        self.shard = False   # multigpu.shard, set by ``current``
         # True once Theano's default context (None) is the master's context.
         self.default_is_master = False
 
@@ -39,7 +40,14 @@ class Mesh(object):
         names = [n for n in self.names if n in names]   # keep the flag order
         smaller = Mesh(names, self.devices, self.master, self.mode)
         smaller.default_is_master = self.default_is_master
+        smaller.shard = self.shard
         return smaller
+
+    @property
+    def sharded(self):
+        """True when each weight has an owner context (multigpu.shard,
+        batch-wise over two or more contexts)."""
+        return self.shard and self.mode == 'batch' and len(self.names) >= 2
 
     @property
     def size(self):
@@ -105,4 +113,5 @@ def current():
         config = theano.config
         _current = from_flags(config.contexts, config.multigpu.mode,
                               config.multigpu.contexts, config.multigpu.master)
+        _current.shard = bool(config.multigpu.shard)
     return _current

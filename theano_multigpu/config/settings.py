@@ -77,7 +77,8 @@ def _register_settings(configparser):
         "(default: all names of the contexts flag, in flag order).",
         Param('', filter=_filter_names('multigpu.contexts')), in_c_key=False)
     add('multigpu.master',
-        'The context that holds the weights (default: the first one taking part).',
+        'The context that computes the loss and metrics, and holds the weights '
+        'when they are not sharded (default: the first one taking part).',
         Param('', filter=_filter_names('multigpu.master')), in_c_key=False)
     add('multigpu.check',
         "What to do when a compiled function's heavy ops do not run on the "
@@ -92,7 +93,8 @@ def _register_settings(configparser):
         "balanced by memory).",
         Param('', filter=_filter_with(parse_layer_map)), in_c_key=False)
     add('multigpu.device_memory',
-        "Layer-wise mode: the memory the plan may use on each context, e.g. "
+        "Layer-wise and sharded batch-wise mode: the memory the plan may use on "
+        "each context, e.g. "
         "'64MiB', or per context 'dev0->64MiB;dev1->1GiB' (default: the "
         "device's free memory).",
         Param('', filter=_filter_with(parse_device_memory)), in_c_key=False)
@@ -101,6 +103,13 @@ def _register_settings(configparser):
         "(of the whole batch, as on one device) or 'local' (of each context's "
         "rows: no wait for the other contexts, other numbers).",
         Param('sync', filter=_filter_batchnorm), in_c_key=False)
+    add('multigpu.shard',
+        "Batch-wise mode over two or more contexts of one process: each weight "
+        "and its optimizer state live on one owner context, chosen to balance "
+        "bytes, which sends the weight to the other contexts and sums their "
+        "gradients (False: the master holds every weight and all optimizer "
+        "state).  The same numbers either way.",
+        configparser.BoolParam(True), in_c_key=False)
     add('multigpu.scan_loop',
         "Scan's loop (recurrent layers): 'compiled' (built with Cython at first "
         "use; the Python loop, with a warning, where it cannot be built) or "

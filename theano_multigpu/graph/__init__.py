@@ -9,6 +9,7 @@
 - ``batchwise``: the data-parallel rewrite;
 - ``placed``, ``planner``, ``plan``, ``layerwise``: the model-parallel
   weights, arithmetic, plan and rewrite;
+- ``sharding``: which context owns each weight in sharded batch-wise mode;
 - ``placement``: the check that a compiled function runs where it should;
 - ``report``: the placement report.
 

@@ -25,6 +25,7 @@ from theano.gpuarray.type import GpuArrayType
 from theano.tensor.opt import Assert
 
 from .gradients import real_gradients, stand_ins_in
+from .placed import PlacedVariable, host_view, placed_replacements, value_holder
 from .rows import find_rows_meeting, slice_bounds
 from .transfer import HOST, on_context
 
@@ -49,8 +50,9 @@ class LocalGather(object):
         them is computed alike everywhere (the loss), not per replica."""
         return joined_here
 
-    def gradients(self, stand_ins, replace):
-        return real_gradients(stand_ins, replace)
+    def gradients(self, stand_ins, replace, wrt=None):
+        """``wrt(param)``: what to take each gradient with respect to."""
+        return real_gradients(stand_ins, replace, wrt)
 
 
 def find_frontier(roots, is_layer_output):
@@ -113,6 +115,9 @@ def _replica_replacements(frontier, inputs, context, bounds, whole, batch_size):
     for variable in gof.graph.inputs(frontier):
         if id(variable) in inputs and variable.ndim >= 1:
             replace[variable] = place(variable[start:stop])
+    for variable in gof.graph.inputs(frontier):
+        if isinstance(variable, PlacedVariable) and variable.placed is not None:
+            replace[variable] = place(host_view(variable))   # a copy from its owner
     if context != HOST:
         for node in gof.graph.io_toposort(gof.graph.inputs(frontier), frontier):
             source = node.inputs[0] if isinstance(node.op, HostFromGpu) else None
@@ -155,12 +160,12 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
         if stand_ins:
             raise RuntimeError('K.gradients was called on a graph with no Keras '
                                'layer output; batch-wise mode cannot split it')
-        return list(outputs), list(updates), Split([], [])
+        return _unsplit(outputs, updates)
 
     input_ids = set(id(v) for v in inputs)
     batch_inputs = [v for v in gof.graph.inputs(frontier) if id(v) in input_ids and v.ndim >= 1]
     if not batch_inputs:
-        return list(outputs), list(updates), Split([], [])
+        return _unsplit(outputs, updates)
     state_reads = _state_reads(frontier, state_ids)
     describe = describe or (lambda node: (None, False))
     whole, synced, checks = find_rows_meeting(batch_inputs + state_reads, frontier, describe,
@@ -178,15 +183,40 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
     joined_here = [_join_on_master(mesh, contexts, [replica[k] for replica in per_replica])
                    for k in range(len(frontier))]
     gathered = dict(zip(frontier, gather.join(joined_here, batch_size)))
-    gathered.update(gather.gradients(stand_ins, dict(gathered)))
+    # What reads a sharded weight outside the layers (a regulariser, its
+    # update) reads it where it lives.
+    gathered.update(placed_replacements(gof.graph.inputs(roots + losses)))
+    gathered.update(_on_master(roots + losses, input_ids, batch_inputs, mesh, contexts))
+    gathered.update(gather.gradients(stand_ins, dict(gathered), value_holder))
 
     new_roots = theano.clone(roots, replace=gathered, strict=False)
     new_outputs = new_roots[:len(outputs)]
-    new_updates = [(var, new) for (var, _), new in zip(updates, new_roots[len(outputs):])]
+    new_updates = [(value_holder(var), new)
+                   for (var, _), new in zip(updates, new_roots[len(outputs):])]
     split = Split(_names(describe(node)[0] for node in _reading(batch_inputs + state_reads,
                                                                 frontier)),
                   _names(describe(node)[0] for node in synced))
     return new_outputs, new_updates, split
+
+
+def _on_master(roots, input_ids, batch_inputs, mesh, contexts):
+    """{input: its copy on the master} for the inputs only the loss reads
+    (targets, sample weights).  Left on the host, Theano places the ops
+    that read them alone by where their results go: with the weights
+    sharded, the loss's gradient would run on a weight's owner."""
+    if contexts == [HOST]:
+        return {}
+    master = mesh.graph_name(mesh.master)
+    read = set(id(v) for v in batch_inputs)
+    return dict((v, on_context(v, master)) for v in gof.graph.inputs(roots)
+                if id(v) in input_ids and id(v) not in read and v.ndim >= 1)
+
+
+def _unsplit(outputs, updates):
+    """(outputs, updates, split) of a function computed as it is, on the
+    master: a sharded weight read where it lives, written there."""
+    return (list(outputs), [(value_holder(var), new) for var, new in updates],
+            Split([], []))
 
 
 def _reading(inputs, outputs):

@@ -16,8 +16,9 @@ adapter's): it passes ``layer_calls(roots)``, returning LayerCalls.
 from theano import gof
 
 from .gradients import real_gradients, stand_ins_in
-from .placed import PlacedVariable, placed_replacements
-from .plan import current_plan, plan_layers
+from .placed import (PlacedVariable, optimizer_state_owners, placed_replacements,
+                     value_holder)
+from .plan import current_plan, place, plan_layers
 from .replace import replaced
 from .transfer import on_context
 
@@ -81,22 +82,6 @@ def _region_inputs(outputs, stop):
     return found
 
 
-def _state_owners(updates, weights):
-    """{id(state): (state, weight)}: the optimizer state each weight's
-    update reads (an accumulator read by one weight's update alone belongs
-    to it)."""
-    weight_ids = set(id(w) for w in weights)
-    readers = {}
-    for variable, new_value in updates:
-        if id(variable) not in weight_ids:
-            continue
-        for read in _region_inputs([new_value], set()):
-            if isinstance(read, PlacedVariable) and read is not variable:
-                readers.setdefault(id(read), (read, []))[1].append(variable)
-    return dict((key, (state, ws[0])) for key, (state, ws) in readers.items()
-                if len(ws) == 1)
-
-
 def _place(calls, owners, roots, mesh):
     """Place every PlacedVariable the function reads: a layer's on its
     layer's context, optimizer state with its weight (``owners``), the rest
@@ -110,15 +95,7 @@ def _place(calls, owners, roots, mesh):
         if isinstance(variable, PlacedVariable) and variable.placed is None:
             _, owner = owners.get(id(variable), (None, None))
             name = where.get(id(variable)) or where.get(id(owner)) or mesh.master
-            variable.place(mesh.graph_name(name))
-
-
-def _on_its_context(variable):
-    """What the rewritten graph reads for ``variable``: a placed weight's
-    copy on its context; anything else (an input, a scalar) as it is."""
-    if isinstance(variable, PlacedVariable) and variable.placed is not None:
-        return variable.placed
-    return variable
+            place(variable, name, mesh)
 
 
 def rewrite(inputs, outputs, updates, mesh, batch_rows, layer_calls):
@@ -130,8 +107,8 @@ def rewrite(inputs, outputs, updates, mesh, batch_rows, layer_calls):
     stand_ins = stand_ins_in(roots)
     losses = [s.tag.multigpu_gradient.loss for s in stand_ins]
     calls = _in_order(layer_calls(roots + losses))
-    owners = _state_owners(updates, [v for c in calls for v in c.variables])
-    plan_layers(calls, owners, mesh, batch_rows)
+    owners = optimizer_state_owners(updates, [v for c in calls for v in c.variables])
+    plan_layers(calls, owners, mesh, batch_rows, gof.graph.inputs(roots + losses))
     _place(calls, owners, roots + losses, mesh)
 
     input_ids = set(id(v) for v in inputs)
@@ -163,7 +140,7 @@ def rewrite(inputs, outputs, updates, mesh, batch_rows, layer_calls):
             if (id(variable) in input_ids and id(variable) not in read_by_layers
                     and variable.ndim >= 1):
                 replace[variable] = on_context(variable, output_context)
-    replace.update(real_gradients(stand_ins, replace, wrt=_on_its_context))
+    replace.update(real_gradients(stand_ins, replace, wrt=value_holder))
     new_roots = replaced(roots, replace)
     left = [v for v in gof.graph.inputs(new_roots) if isinstance(v, PlacedVariable)]
     if left:
@@ -171,7 +148,7 @@ def rewrite(inputs, outputs, updates, mesh, batch_rows, layer_calls):
             'layer-wise rewrite left the host copies of %s in the graph, where they '
             'hold no values; please report this with the model'
             % ', '.join(str(v) for v in left[:5]))
-    new_updates = [(variable.placed if isinstance(variable, PlacedVariable) else variable, new)
+    new_updates = [(value_holder(variable), new)
                    for (variable, _), new in zip(updates, new_roots[len(outputs):])]
     return new_roots[:len(outputs)], new_updates
 

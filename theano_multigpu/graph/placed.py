@@ -1,5 +1,6 @@
-"""Weights in layer-wise mode: a ``PlacedVariable`` is a host variable until
-the plan places it, then a handle on its copy on the planned context.
+"""Weights in layer-wise and sharded batch-wise mode: a ``PlacedVariable``
+is a host variable until the plan places it, then a handle on its copy on
+the planned context.
 
 ``get_value``/``set_value`` read and write that copy; the host variable
 keeps only a zero-strided placeholder of its shape (no memory).  Graphs
@@ -9,15 +10,17 @@ Pickled, it carries its value.
 """
 import numpy as np
 import theano
+from theano import gof
 from theano.gpuarray.basic_ops import host_from_gpu
 from theano.gpuarray.type import gpuarray_shared_constructor
 from theano.tensor.sharedvar import TensorSharedVariable
 
-__all__ = ['PlacedVariable', 'new_variable', 'host_view', 'placed_replacements']
+__all__ = ['PlacedVariable', 'new_variable', 'host_view', 'placed_replacements',
+           'value_holder', 'optimizer_state_owners']
 
 
 class PlacedVariable(TensorSharedVariable):
-    """A weight in layer-wise mode (see the module docstring)."""
+    """A weight in layer-wise or sharded mode (see the module docstring)."""
 
     placed = None        # the GPU shared variable holding the value, once placed
 
@@ -81,3 +84,28 @@ def placed_replacements(variables):
     """{placed variable: its host view} for those of ``variables`` placed."""
     return dict((v, host_view(v)) for v in variables
                 if isinstance(v, PlacedVariable) and v.placed is not None)
+
+
+def value_holder(variable):
+    """What holds ``variable``'s value: a placed variable's copy on its
+    context (what gradients are taken with respect to and updates write,
+    not the placeholder); anything else (an input, a scalar) as it is."""
+    if isinstance(variable, PlacedVariable) and variable.placed is not None:
+        return variable.placed
+    return variable
+
+
+def optimizer_state_owners(updates, weights):
+    """{id(state): (state, weight)}: the optimizer state each of
+    ``weights``' update reads (an accumulator read by one weight's update
+    alone belongs to it); ``updates`` is a list of pairs."""
+    weight_ids = set(id(w) for w in weights)
+    readers = {}
+    for variable, new_value in updates:
+        if id(variable) not in weight_ids:
+            continue
+        for read in gof.graph.inputs([new_value]):
+            if isinstance(read, PlacedVariable) and read is not variable:
+                readers.setdefault(id(read), (read, []))[1].append(variable)
+    return dict((key, (state, ws[0])) for key, (state, ws) in readers.items()
+                if len(ws) == 1)

@@ -2,17 +2,22 @@
 made from a function's layer calls at its first call and grown by later
 functions (their layers not planned yet).
 
-The numbers (each layer's bytes, each context's budget) are counted here;
-``planner`` decides from them.
+The numbers (each layer's bytes, each context's budget, and the shared
+variables no plan places, such as random generators' states, where they
+live) are counted here; ``planner`` decides from them.
 """
+import weakref
+
 import numpy as np
 import theano
-from theano.gpuarray.type import get_context
+from theano.gpuarray.type import GpuArrayType, get_context
 
 from ..config.flags import parse_device_memory, parse_layer_map
 from . import planner
+from .placement import context_of
 
-__all__ = ['Plan', 'current_plan', 'plan_layers']
+__all__ = ['Plan', 'current_plan', 'plan_layers', 'budgets_of', 'hold', 'place',
+           'held_bytes', 'planned_bytes', 'nbytes']
 
 
 class Plan(object):
@@ -31,6 +36,58 @@ class Plan(object):
 
 _plan = None
 
+# {GPU shared variable: context name}, held weakly: ``_held``, those on a
+# context that no plan places (random generators' states, which Theano
+# makes on its default context), counted where they live; ``_placed``, the
+# copies of the weights and optimizer state the plans placed.
+_held = weakref.WeakKeyDictionary()
+_placed = weakref.WeakKeyDictionary()
+
+
+def nbytes(variable):
+    """The bytes of a shared variable's value (a GPU array's, not copied)."""
+    value = variable.get_value(borrow=True, return_internal_type=True)
+    return int(getattr(value, 'size', 0)) * value.dtype.itemsize
+
+
+def hold(variables, mesh):
+    """Count those of ``variables`` that are shared variables on a context
+    (GPU arrays) where they live, unless a plan placed them."""
+    for variable in variables:
+        if (isinstance(getattr(variable, 'type', None), GpuArrayType)
+                and hasattr(variable, 'get_value') and variable not in _placed):
+            _held[variable] = context_of(variable, mesh)
+
+
+def place(variable, name, mesh):
+    """Place PlacedVariable ``variable`` on context ``name``, and count it."""
+    variable.place(mesh.graph_name(name))
+    _placed[variable.placed] = name
+
+
+def _bytes_by_context(where, mesh, variables):
+    found = dict((name, 0) for name in mesh.names)
+    chosen = None if variables is None else set(id(v) for v in variables)
+    for variable, name in list(where.items()):
+        if chosen is None or id(variable) in chosen:
+            found[name] = found.get(name, 0) + nbytes(variable)
+    return found
+
+
+def held_bytes(mesh):
+    """{context name: bytes of what ``hold`` counted there}."""
+    return _bytes_by_context(_held, mesh, None)
+
+
+def planned_bytes(mesh, variables=None):
+    """{context name: bytes the plans put there for good}: the weights and
+    optimizer state they placed and what ``hold`` counted, all of them or
+    those among ``variables`` (e.g. what a compiled function reads)."""
+    found = _bytes_by_context(_placed, mesh, variables)
+    for name, n in _bytes_by_context(_held, mesh, variables).items():
+        found[name] = found.get(name, 0) + n
+    return found
+
 
 def current_plan():
     """The process's Plan, or None before the first layer-wise call."""
@@ -48,7 +105,7 @@ def _activation_bytes(call, batch_rows):
     return int(total)
 
 
-def _budgets(mesh):
+def budgets_of(mesh):
     """{context name: bytes the plan may use, or None when unknown}."""
     given = parse_device_memory(theano.config.multigpu.device_memory)
     sharing = {}
@@ -67,12 +124,14 @@ def _budgets(mesh):
     return budgets
 
 
-def plan_layers(calls, owners, mesh, batch_rows):
+def plan_layers(calls, owners, mesh, batch_rows, others=()):
     """Plan the layers of ``calls`` (layer-wise LayerCalls; those not
     planned yet) into the process's Plan, making it if there is none.
     ``owners``: {id(state): (state, weight)}, optimizer state counted with
-    its weight.  Raises PlanError when they do not fit."""
+    its weight; ``others``: the function's other shared variables, counted
+    where they live (see ``hold``).  Raises PlanError when they do not fit."""
     global _plan
+    hold(others, mesh)
     known = _plan.contexts if _plan is not None else {}
     new = [c for c in calls if c.name not in known]
     if not new:
@@ -92,10 +151,13 @@ def plan_layers(calls, owners, mesh, batch_rows):
     for state, weight in owners.values():
         if id(state) not in claimed and id(weight) in claimed and state.placed is None:
             by_layer[claimed[id(weight)]].state += state.nbytes
-    budgets = _budgets(mesh)
-    for name in mesh.names:   # what earlier plans use is not available
-        if budgets[name] is not None and _plan is not None:
-            budgets[name] -= sum(n.total for n in _plan.needs_on(name))
+    budgets = budgets_of(mesh)
+    held = held_bytes(mesh)
+    for name in mesh.names:   # what earlier plans and others use is not available
+        if budgets[name] is not None:
+            budgets[name] -= held.get(name, 0)
+            if _plan is not None:
+                budgets[name] -= sum(n.total for n in _plan.needs_on(name))
     layer_map = parse_layer_map(theano.config.multigpu.layer_map)
     if layer_map:
         contexts = planner.mapped([n.name for n in order], layer_map, mesh.names, mesh.names[0])

@@ -1,22 +1,24 @@
-"""The layer-wise plan: which context holds each layer.
+"""The plans: which context holds each layer (layer-wise), or owns each
+weight (sharded batch-wise).
 
 Pure bookkeeping on numbers, without Theano (a contract in .importlinter):
-each layer's needs in bytes (weights, optimizer state, activations at the
-batch size), each context's
-budget, and either the balanced plan (contiguous groups along the layers'
-topological order, the largest share of a budget as small as it can be) or
-an explicit map by layer-name patterns.
+each layer's or weight's needs in bytes (weights, optimizer state,
+activations at the batch size), each context's budget, and either the
+balanced plan (layers: contiguous groups along the layers' topological
+order; weights: any grouping; the largest share of a budget as small as it
+can be) or an explicit map by layer-name patterns.
 """
 import fnmatch
 
 from ..config.flags import format_bytes
 from ..errors import PlanError
 
-__all__ = ['LayerNeeds', 'balanced', 'mapped', 'check_fits']
+__all__ = ['LayerNeeds', 'balanced', 'mapped', 'check_fits', 'owners_balanced',
+           'check_shards_fit']
 
 
 class LayerNeeds(object):
-    """Bytes one layer needs on its context."""
+    """Bytes one layer (or one weight, sharded) needs on its context."""
 
     def __init__(self, name, weights=0, state=0, activations=0):
         self.name = name
@@ -31,6 +33,14 @@ class LayerNeeds(object):
     def __repr__(self):
         return 'LayerNeeds(%r, weights=%d, state=%d, activations=%d)' % (
             self.name, self.weights, self.state, self.activations)
+
+
+def _shares(budgets, names):
+    """Each context's budget as a weight for balancing (equal when one is
+    unknown)."""
+    if any(budgets.get(name) is None for name in names):
+        return [1.0] * len(names)
+    return [float(max(1, budgets[name])) for name in names]
 
 
 def _greedy(totals, capacities):
@@ -52,10 +62,7 @@ def balanced(needs, names, budgets):
     minimising the largest share of a context's budget (``budgets``: bytes
     per name, or None for unknown: then the contexts count as equal)."""
     totals = [n.total for n in needs]
-    if any(budgets.get(name) is None for name in names):
-        weights = [1.0] * len(names)
-    else:
-        weights = [float(max(1, budgets[name])) for name in names]
+    weights = _shares(budgets, names)
     low, high = 0.0, float(sum(totals)) / weights[0] + 1.0
     for _ in range(64):
         middle = (low + high) / 2
@@ -128,3 +135,51 @@ def check_fits(needs, plan, names, budgets, batch_rows):
            format_bytes(sum(n.state for n in needs)),
            format_bytes(sum(n.activations for n in needs)), batch_rows, largest.name,
            format_bytes(largest.total), '\n  '.join(lines)))
+
+
+def owners_balanced(needs, names, budgets, loads):
+    """{weight name: context name}: the largest first, each to the context
+    whose share of its budget is then the smallest (``loads``: bytes each
+    context holds already, e.g. random generator states or weights an
+    earlier plan placed)."""
+    shares = _shares(budgets, names)
+    load = [float(loads.get(name, 0)) for name in names]
+    owners = {}
+    for need in sorted(needs, key=lambda n: -n.total):
+        best = min(range(len(names)), key=lambda i: ((load[i] + need.total) / shares[i], i))
+        load[best] += need.total
+        owners[need.name] = names[best]
+    return owners
+
+
+def check_shards_fit(needs, owners, names, budgets, loads):
+    """Raise PlanError, with the bytes needed and available per context,
+    when a context cannot hold what it owns (weights, their optimizer
+    state, ``loads``) and, during a step, a copy of every weight it does
+    not own."""
+    weights = sum(n.weights for n in needs)
+    per_context = {}
+    for name in names:
+        owned = [n for n in needs if owners[n.name] == name]
+        per_context[name] = (loads.get(name, 0) + sum(n.total for n in owned)
+                             + weights - sum(n.weights for n in owned))
+    over = [name for name in names
+            if budgets.get(name) is not None and per_context[name] > budgets[name]]
+    if not over:
+        return
+    largest = max(needs, key=lambda n: n.total)
+    lines = ['%s: needs %s, has %s' % (name, format_bytes(per_context[name]),
+                                       format_bytes(budgets[name])) for name in names]
+    raise PlanError(
+        'sharded batch-wise mode expects each context to hold the weights it owns, '
+        'their optimizer state and, during a step, a copy of every other weight, '
+        'but %s do(es) not fit. The model needs %s in all (weights %s, optimizer '
+        'state %s, random generator states and the like %s; the largest weight, %s, '
+        '%s with its state; activations are not counted), and the plan asks:\n  %s\n'
+        'Add contexts, or raise multigpu.device_memory if the devices have more '
+        'memory than it says.'
+        % (', '.join(over), format_bytes(weights + sum(n.state for n in needs)
+                                         + sum(loads.values())),
+           format_bytes(weights), format_bytes(sum(n.state for n in needs)),
+           format_bytes(sum(loads.values())), largest.name, format_bytes(largest.total),
+           '\n  '.join(lines)))

@@ -1,6 +1,7 @@
 """The placement report: per context, its rows of the batch (batch-wise)
-or its layers (layer-wise), the bytes it holds, the bytes copied in and
-out by one call (measured by ``transfer.bytes_moved``) and its heavy ops,
+or its layers (layer-wise), the bytes it holds (and those its plan counted
+there: layer-wise, and sharded batch-wise), the bytes copied in and out by
+one call (measured by ``transfer.bytes_moved``) and its heavy ops,
 read from the compiled graph.
 """
 import sys
@@ -10,41 +11,48 @@ from theano.compile import SharedVariable
 from ..config.flags import format_bytes
 from . import transfer
 from .placement import context_of, heavy_op_counts
-from .plan import current_plan
+from .plan import current_plan, nbytes, planned_bytes
 from .rows import slice_bounds
 from .transfer import HOST
 
 __all__ = ['resident_bytes', 'format_report', 'report', 'FirstCallReport']
 
 
+def _shared_read(theano_function):
+    return [item.variable for item in theano_function.maker.inputs
+            if isinstance(item.variable, SharedVariable)]
+
+
 def resident_bytes(theano_function, mesh):
-    """{context name or HOST: bytes of the shared variables it holds}."""
+    """{context name or HOST: bytes of the shared variables it holds} (a
+    placed weight's host handle holds a placeholder, no memory)."""
     resident = {}
-    for item in theano_function.maker.inputs:
-        variable = item.variable
-        if not isinstance(variable, SharedVariable):
+    for variable in _shared_read(theano_function):
+        if getattr(variable, 'placed', None) is not None:
             continue
-        value = variable.get_value(borrow=True, return_internal_type=True)
-        nbytes = int(getattr(value, 'size', 0)) * value.dtype.itemsize
         where = context_of(variable, mesh)
-        resident[where] = resident.get(where, 0) + nbytes
+        resident[where] = resident.get(where, 0) + nbytes(variable)
     return resident
 
 
 # (header, row key, width); the byte-valued keys are formatted as sizes.
 BATCH_COLUMNS = [('context', 'context', 9), ('device', 'device', 10),
                  ('batch rows', 'rows', 14), ('resident', 'resident', 11),
+                 ('planned', 'planned', 11),
                  ('copied in', 'moved_in', 11), ('copied out', 'moved_out', 11),
                  ('heavy ops', 'heavy', 0)]
 LAYER_COLUMNS = [('context', 'context', 9), ('device', 'device', 10),
                  ('layers', 'layers', 28), ('resident', 'resident', 11),
+                 ('planned', 'planned', 11),
                  ('activations', 'activations', 11), ('copied in', 'moved_in', 11),
                  ('copied out', 'moved_out', 11), ('heavy ops', 'heavy', 0)]
-_BYTE_KEYS = ('resident', 'activations', 'moved_in', 'moved_out')
+_BYTE_KEYS = ('resident', 'planned', 'activations', 'moved_in', 'moved_out')
 
 
 def _cell(row, key):
     value = row[key]
+    if value is None:
+        return '-'
     if key in _BYTE_KEYS:
         return format_bytes(value)
     if key == 'heavy':
@@ -102,6 +110,7 @@ def report(theano_function, mesh, title, batch_rows, moved, split=None):
                              _layer_rows(theano_function, mesh, moved), LAYER_COLUMNS)
     heavy = heavy_op_counts(theano_function.maker.fgraph, mesh)
     resident = resident_bytes(theano_function, mesh)
+    planned = planned_bytes(mesh, _shared_read(theano_function)) if mesh.sharded else {}
     bounds = dict(zip(mesh.names, slice_bounds(batch_rows, len(mesh.names))))
     rows = []
     for name in mesh.names + ([HOST] if HOST in heavy or HOST in resident else []):
@@ -113,6 +122,7 @@ def report(theano_function, mesh, title, batch_rows, moved, split=None):
             'rows': '%d-%d of %d' % (start, stop, batch_rows) if stop > start else '0 of %d' % batch_rows,
             'heavy': heavy.get(name, {}),
             'resident': resident.get(name, 0),
+            'planned': planned.get(name),
             'moved_in': sum(n for (s, d), n in moved.items() if d in graph_names),
             'moved_out': sum(n for (s, d), n in moved.items() if s in graph_names),
         })
@@ -125,10 +135,12 @@ def _split_lines(split, mesh):
     contexts = ', '.join(mesh.names) or HOST
     lines = ['  layers computed on each context\'s rows (%s): %s'
              % (contexts, ', '.join(split.layers) or '-'),
-             '  on the master (%s), over the whole batch: the loss, metrics and updates'
-             % (mesh.master or HOST)]
+             '  on the master (%s), over the whole batch: the loss%s'
+             % (mesh.master or HOST, ' and metrics' if mesh.sharded else ', metrics and updates')]
     if split.synchronised:
         lines[-1] += ', and the statistics of %s' % ', '.join(split.synchronised)
+    if mesh.sharded:
+        lines.append("  on each weight's owner: the sum of its gradients and its update")
     return '\n'.join(lines)
 
 
@@ -136,6 +148,7 @@ def _layer_rows(theano_function, mesh, moved):
     """Per context: its layers, resident and activation bytes, bytes moved."""
     heavy = heavy_op_counts(theano_function.maker.fgraph, mesh)
     resident = resident_bytes(theano_function, mesh)
+    planned = planned_bytes(mesh, _shared_read(theano_function))
     plan = current_plan()
     rows = []
     for name in mesh.names + ([HOST] if HOST in heavy else []):
@@ -146,6 +159,7 @@ def _layer_rows(theano_function, mesh, moved):
             'device': mesh.devices.get(name, '-'),
             'layers': _compress([n.name for n in on]),
             'resident': resident.get(name, 0),
+            'planned': planned.get(name),
             'activations': sum(n.activations for n in on),
             'heavy': heavy.get(name, {}),
             'moved_in': sum(n for (s, d), n in moved.items() if d in graph_names),

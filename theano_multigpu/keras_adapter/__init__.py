@@ -41,11 +41,12 @@ stock = {}
 def variable(value, dtype=None, name=None):
     """A shared variable, placed on the master context when contexts are set
     (by Theano itself when the master is its default context); in layer-wise
-    mode, on the context the plan gives its layer."""
+    mode, on the context the plan gives its layer, and in sharded batch-wise
+    mode on its owner (placed when a function first reads it)."""
     from keras.backend import floatx
     dtype = dtype or floatx()   # Keras 1.0.1's default is float64, 1.2's floatx
     mesh = mesh_module.current()
-    if mesh.mode == 'layer' and not hasattr(value, 'tocoo'):
+    if (mesh.mode == 'layer' or mesh.sharded) and not hasattr(value, 'tocoo'):
         from ..graph import placed
         new = placed.new_variable(value, dtype, name)
         return keras_graph.mark_as_weight(new, new.get_value(borrow=True).shape)

@@ -29,6 +29,9 @@ def compile_function(keras_function, inputs, outputs, updates, kwargs, title):
     from ..graph import batchwise
     updates = _unique_updates(updates)
     roots = list(outputs) + [new for _, new in updates]
+    if mesh.sharded:
+        from ..graph import sharding
+        sharding.place_shards(_weights_read(roots, updates), updates, mesh)
     serial = 0
     if ranks is not None:
         from ..mpi import agreement

@@ -55,8 +55,8 @@ class RankGather(object):
             checked, self._checked = self._checked, []
         return all_gather_rows(joined_here, rows, replicated, checked, self.call, self.serial)
 
-    def gradients(self, stand_ins, replace):
-        return data_parallel_gradients(stand_ins, replace)
+    def gradients(self, stand_ins, replace, wrt=None):
+        return data_parallel_gradients(stand_ins, replace, wrt)
 
 
 def all_gather_rows(blocks, rows_per_rank, replicated=True, checked=(),
@@ -88,7 +88,7 @@ def sum_over_ranks(tensors, after=()):
     return summed
 
 
-def data_parallel_gradients(stand_ins, replace):
+def data_parallel_gradients(stand_ins, replace, wrt=None):
     """{stand-in: gradient of its loss over the whole global batch}.
 
     ``replace`` rewrites the loss to read the outputs of ``AllGatherRows``.
@@ -103,6 +103,7 @@ def data_parallel_gradients(stand_ins, replace):
         cut = [out for node in gof.graph.io_toposort(gof.graph.inputs([rewritten]), [rewritten])
                if isinstance(node.op, AllGatherRows) for out in node.outputs]
         params = [s.tag.multigpu_gradient.param for s in group]
+        params = [wrt(p) for p in params] if wrt else params
         total = theano.grad(rewritten, params, disconnected_inputs='ignore')
         own = theano.grad(rewritten, params, consider_constant=cut,
                           disconnected_inputs='ignore')

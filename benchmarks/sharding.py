@@ -1,0 +1,144 @@
+"""Sharded batch-wise mode against the master holding every weight, on pocl.
+
+For the MLP and the CNN at 2 and 4 contexts, sharded (multigpu.shard, the
+default) and not, each in a long-lived worker (benchmarks/step_worker.py):
+
+- the busiest context's bytes per step, sent or received (whichever is
+  more) between contexts, over the ring all-reduce's 2(N-1)/N x the
+  parameter bytes (goal <= 1.15 sharded; the master alone moves about N);
+- the largest context's resident bytes over the mean (goal <= 1.10
+  sharded; the master alone holds everything);
+- the step time sharded over master-only (the driver asks the workers in
+  turn for one step at a time, rotating the order, so all see the same
+  machine noise; pocl runs one device at a time, so this is the cost of
+  the bookkeeping, not of the links).
+
+The busiest-link figures are drawn in benchmarks/sharding.png.
+
+    python benchmarks/sharding.py [--rounds 20] [--models mlp,cnn]
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import REPO, median  # noqa: E402
+from one_context import models_main, shim_workers  # noqa: E402
+
+COMMAND = 'python benchmarks/sharding.py'
+NAMES = ['dev0->opencl0:0', 'dev1->opencl0:1', 'dev2->opencl0:0', 'dev3->opencl0:1']
+COUNTS = (2, 4)
+CONFIGURATIONS = dict(
+    ((n, sharded), 'contexts=%s,multigpu.mode=batch,multigpu.shard=%s'
+     % (';'.join(NAMES[:n]), sharded)) for n in COUNTS for sharded in (True, False))
+PLOT = os.path.join(REPO, 'benchmarks', 'sharding.png')
+
+
+def measure(rounds, models):
+    """(step seconds, traffic) per model and configuration."""
+    workers = shim_workers('sharding_', dict(('%d %s' % key, flags)
+                                             for key, flags in CONFIGURATIONS.items()))
+    workers = dict((key, workers['%d %s' % key]) for key in CONFIGURATIONS)
+    try:
+        steps = dict((name, dict((key, []) for key in workers)) for name in models)
+        traffic = dict((name, {}) for name in models)
+        for name in models:
+            for key, worker in workers.items():
+                built = worker.ask({'build': name})
+                print('  built %-5s on %d contexts (sharded %s) in %.1f s'
+                      % (name, key[0], key[1], built['seconds']), flush=True)
+                traffic[name][key] = worker.ask({'traffic': name})
+        order = list(workers)
+        for round_index in range(rounds):
+            shift = round_index % len(order)
+            for name in models:
+                for key in order[shift:] + order[:shift]:
+                    steps[name][key] += workers[key].ask({'time': name, 'steps': 1})['times']
+        return steps, traffic
+    finally:
+        for worker in workers.values():
+            worker.close()
+
+
+def busiest_link(traffic, n):
+    """The busiest context's bytes sent or received, over 2(N-1)/N x P."""
+    optimum = 2.0 * (n - 1) / n * traffic['parameter_bytes']
+    return max(max(traffic['sent'][c], traffic['received'][c]) for c in traffic['sent']) / optimum
+
+
+def resident_spread(traffic):
+    """The largest context's resident bytes over the mean."""
+    resident = list(traffic['resident'].values())
+    return max(resident) / (float(sum(resident)) / len(resident))
+
+
+def figures_for(steps, traffic):
+    figures = []
+    where = 'pocl, batch 64, one train step; bytes between contexts (the host\'s copies ' \
+            'of the batch left out), measured by the shim\'s transfers'
+    for name in steps:
+        for n in COUNTS:
+            sharded, master = traffic[name][(n, True)], traffic[name][(n, False)]
+            for label, key, value, other, goal in (
+                    ('busiest context\'s bytes per step over 2(N-1)/N x parameter bytes',
+                     'busiest', busiest_link(sharded, n), busiest_link(master, n), '<= 1.15'),
+                    ('largest resident bytes over the mean', 'resident',
+                     resident_spread(sharded), resident_spread(master), '<= 1.10')):
+                print('  %-5s %d contexts, %s: sharded %.3f, master-only %.3f'
+                      % (name, n, label, value, other))
+                figures.append({
+                    'name': 'sharding/pocl/%s %s, %d contexts' % (name, label, n),
+                    'value': round(value, 3), 'unit': 'ratio', 'goal': goal,
+                    'command': COMMAND,
+                    'detail': {'master_only': round(other, 3), 'sharded': sharded,
+                               'master_only_traffic': master, 'where': where}})
+            one, many = median(steps[name][(n, False)]), median(steps[name][(n, True)])
+            print('  %-5s %d contexts, step: master-only %.2f ms, sharded %.2f ms, ratio %.3f'
+                  % (name, n, one * 1e3, many * 1e3, many / one))
+            figures.append({
+                'name': 'sharding/pocl/%s step time sharded over master-only, %d contexts'
+                        % (name, n),
+                'value': round(many / one, 4), 'unit': 'ratio',
+                'goal': 'no slower at 2 contexts' if n == 2 else '', 'command': COMMAND,
+                'detail': {'master_only_ms': one * 1e3, 'sharded_ms': many * 1e3,
+                           'steps_each': len(steps[name][(n, True)]),
+                           'where': 'pocl, batch 64; pocl runs one device at a time'}})
+    draw(traffic)
+    return figures
+
+
+def draw(traffic, path=PLOT):
+    """The busiest context's bytes over the ring optimum, per model and count."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    figure, axes = plt.subplots(figsize=(6, 4), dpi=100)
+    labels, positions = [], []
+    for k, (name, n) in enumerate((name, n) for name in traffic for n in COUNTS):
+        for offset, sharded, colour in ((-0.2, False, 'tab:grey'), (0.2, True, 'tab:blue')):
+            axes.bar(k + offset, busiest_link(traffic[name][(n, sharded)], n), 0.4,
+                     color=colour, label=('sharded' if sharded else 'master holds all')
+                     if k == 0 else None)
+        labels.append('%s, %d contexts' % (name, n))
+        positions.append(k)
+    axes.axhline(1.0, linestyle='--', color='black', linewidth=1, label='ring all-reduce')
+    axes.set_xticks(positions)
+    axes.set_xticklabels(labels, fontsize=8)
+    axes.set_ylabel("busiest context's bytes per step\nover 2(N-1)/N x parameter bytes")
+    axes.grid(alpha=0.3, axis='y')
+    axes.legend(fontsize=8)
+    axes.set_title('theano_multigpu: traffic of the busiest link (benchmarks/sharding.py)',
+                   fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+    print('  plot written to %s' % os.path.relpath(path, REPO))
+
+
+def main(argv=None):
+    return models_main(argv, __doc__, 'mlp,cnn',
+                       'sharded batch-wise against the master holding every weight, pocl, '
+                       '2 and 4 contexts:', measure, figures_for)
+
+
+if __name__ == '__main__':
+    main()
