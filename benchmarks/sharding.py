@@ -34,25 +34,31 @@ PLOT = os.path.join(REPO, 'benchmarks', 'sharding.png')
 
 
 def measure(rounds, models):
-    """(step seconds, traffic) per model and configuration."""
+    """(step seconds, traffic) per model and configuration.  Each model
+    trains in workers of its own: the plan balances every weight of the
+    process, and a model built before would weigh on where this one goes."""
+    steps, traffic = {}, {}
+    for name in models:
+        steps[name], traffic[name] = _measure_one(rounds, name)
+    return steps, traffic
+
+
+def _measure_one(rounds, name):
     workers = shim_workers('sharding_', dict(('%d %s' % key, flags)
                                              for key, flags in CONFIGURATIONS.items()))
     workers = dict((key, workers['%d %s' % key]) for key in CONFIGURATIONS)
     try:
-        steps = dict((name, dict((key, []) for key in workers)) for name in models)
-        traffic = dict((name, {}) for name in models)
-        for name in models:
-            for key, worker in workers.items():
-                built = worker.ask({'build': name})
-                print('  built %-5s on %d contexts (sharded %s) in %.1f s'
-                      % (name, key[0], key[1], built['seconds']), flush=True)
-                traffic[name][key] = worker.ask({'traffic': name})
+        steps, traffic = dict((key, []) for key in workers), {}
+        for key, worker in workers.items():
+            built = worker.ask({'build': name})
+            print('  built %-5s on %d contexts (sharded %s) in %.1f s'
+                  % (name, key[0], key[1], built['seconds']), flush=True)
+            traffic[key] = worker.ask({'traffic': name})
         order = list(workers)
         for round_index in range(rounds):
             shift = round_index % len(order)
-            for name in models:
-                for key in order[shift:] + order[:shift]:
-                    steps[name][key] += workers[key].ask({'time': name, 'steps': 1})['times']
+            for key in order[shift:] + order[:shift]:
+                steps[key] += workers[key].ask({'time': name, 'steps': 1})['times']
         return steps, traffic
     finally:
         for worker in workers.values():

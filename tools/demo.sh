@@ -69,9 +69,9 @@ step_batch_wise() {
 }
 
 step_layer_wise() {
-  local budget=200KiB
+  local budget='dev0->500KiB;dev1->250KiB'
   local flags="contexts=dev0->opencl0:0;dev1->opencl0:1,multigpu.mode=layer,multigpu.device_memory=$budget"
-  say "Step layer_wise: the same script, layer-wise on two pocl contexts with $budget of memory each (multigpu.device_memory), which one context alone cannot meet"
+  say "Step layer_wise: the same script, layer-wise on two pocl contexts with memory budgets ($budget, multigpu.device_memory; dev0 also holds Dropout's random generator state, 360 KiB) that one context alone cannot meet"
   echo "   First with every layer on dev0 (multigpu.layer_map='*->dev0'): it must stop before compiling."
   local output
   if output=$(THEANO_FLAGS="$BASE_FLAGS,$flags,multigpu.layer_map=*->dev0" "$PYTHON" examples/digits_mlp.py 2>&1); then

@@ -108,6 +108,11 @@ def _is_metadata(variable):
             or (variable.ndim <= 1 and not variable.dtype.startswith('float')))
 
 
+# What ``_contexts_of_readers`` finds for a reader whose other inputs are on
+# no context (constants and shapes alone), or past its depth.
+_NO_CONTEXT = object()
+
+
 def _contexts_of_readers(variable, depth=8):
     """The contexts whose data the ops reading ``variable`` compute with:
     through ops that read nothing else (a DimShuffle, a Reshape, another
@@ -119,15 +124,17 @@ def _contexts_of_readers(variable, depth=8):
             continue
         others = [v for i, v in enumerate(client.inputs) if i != index and not _is_metadata(v)]
         if others:
-            try:
+            # Theano's default context (None) is a context like any other
+            # (the master, with several); an op reading none is not.
+            if any(_comes_from_a_context(v) for v in others):
                 found.add(basic_ops.infer_context_name(*others))
-            except ValueError:
-                found.add(None)
+            else:
+                found.add(_NO_CONTEXT)
         elif depth > 0:
             for output in client.outputs:
                 found |= _contexts_of_readers(output, depth - 1)
         else:
-            found.add(None)
+            found.add(_NO_CONTEXT)
     return found
 
 
@@ -168,9 +175,9 @@ def local_alloc_on_clients_context(node):
     if isinstance(node.op, tensor.Alloc) and _comes_from_a_context(node.inputs[0]):
         return False   # a value computed on a context: the lifter places it there
     contexts = _contexts_of_readers(output)
-    named = contexts - {None}   # None: the default context, or none found
-    if len(named) != 1 or 'output' in named:
-        return False
+    named = contexts - {_NO_CONTEXT}
+    if len(named) != 1 or 'output' in named or None in named:
+        return False   # the lifter's default context, or readers on several
     context_name = named.pop()
     if isinstance(node.op, tensor.Alloc):
         value = as_gpuarray_variable(node.inputs[0], context_name)

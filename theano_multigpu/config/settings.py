@@ -104,7 +104,7 @@ def _register_settings(configparser):
         "rows: no wait for the other contexts, other numbers).",
         Param('sync', filter=_filter_batchnorm), in_c_key=False)
     add('multigpu.shard',
-        "Batch-wise mode over two or more contexts of one process: each weight "
+        "Batch-wise mode over two or more contexts (of each MPI rank): each weight "
         "and its optimizer state live on one owner context, chosen to balance "
         "bytes, which sends the weight to the other contexts and sums their "
         "gradients (False: the master holds every weight and all optimizer "

@@ -26,6 +26,7 @@ from theano.tensor.opt import Assert
 
 from .gradients import real_gradients, stand_ins_in
 from .placed import PlacedVariable, host_view, placed_replacements, value_holder
+from .replace import replaced
 from .rows import find_rows_meeting, slice_bounds
 from .transfer import HOST, on_context
 
@@ -124,7 +125,10 @@ def _replica_replacements(frontier, inputs, context, bounds, whole, batch_size):
             if isinstance(source, SharedVariable) and isinstance(source.type, GpuArrayType):
                 replace[node.outputs[0]] = on_context(source, context)
     for variable, axis in whole:
-        replace[variable] = place(_rows_of(variable, axis, bounds, batch_size))
+        # What it reads of a sharded weight, read where the weight lives (a
+        # replacement's own graph is not searched for keys).
+        source = replaced([variable], placed_replacements(gof.graph.inputs([variable])))[0]
+        replace[variable] = place(_rows_of(source, axis, bounds, batch_size))
     return replace
 
 
@@ -190,6 +194,7 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
     gathered.update(gather.gradients(stand_ins, dict(gathered), value_holder))
 
     new_roots = theano.clone(roots, replace=gathered, strict=False)
+    _check_no_placeholder(new_roots)
     new_outputs = new_roots[:len(outputs)]
     new_updates = [(value_holder(var), new)
                    for (var, _), new in zip(updates, new_roots[len(outputs):])]
@@ -215,8 +220,25 @@ def _on_master(roots, input_ids, batch_inputs, mesh, contexts):
 def _unsplit(outputs, updates):
     """(outputs, updates, split) of a function computed as it is, on the
     master: a sharded weight read where it lives, written there."""
-    return (list(outputs), [(value_holder(var), new) for var, new in updates],
+    roots = list(outputs) + [new for _, new in updates]
+    roots = replaced(roots, placed_replacements(gof.graph.inputs(roots)))
+    _check_no_placeholder(roots)
+    return (roots[:len(outputs)],
+            [(value_holder(var), new) for (var, _), new in zip(updates, roots[len(outputs):])],
             Split([], []))
+
+
+def _check_no_placeholder(roots):
+    """Raise where the rewrite left a sharded weight's host handle in the
+    graph: it holds a placeholder, and a gradient with respect to the
+    weight's copy would miss that path."""
+    left = [v for v in gof.graph.inputs(roots)
+            if isinstance(v, PlacedVariable) and v.placed is not None]
+    if left:
+        raise RuntimeError(
+            'batch-wise rewrite left the host handles of %s in the graph, where they '
+            'hold no values; please report this with the model, and set '
+            'multigpu.shard=False to train meanwhile' % ', '.join(str(v) for v in left[:5]))
 
 
 def _reading(inputs, outputs):

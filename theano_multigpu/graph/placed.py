@@ -40,6 +40,9 @@ class PlacedVariable(TensorSharedVariable):
         value = self.get_value()
         self.placed = gpuarray_shared_constructor(value, name=self.name, target=context_name)
         self.container.storage[0] = np.broadcast_to(np.zeros((), value.dtype), value.shape)
+        # ``W.eval()`` (K.eval) keeps the function it compiled, which read
+        # the host value: compiled again, it reads the copy.
+        self.__dict__.pop('_fn_cache', None)
 
     def graph_view(self):
         """What a Theano function reads for this variable: the host view of
@@ -70,14 +73,13 @@ def _unpickle(value, name):
     return new_variable(value, value.dtype, name)
 
 
-_views = {}
-
-
 def host_view(variable):
-    """The host-typed view of a placed variable's copy, one per variable."""
-    if id(variable) not in _views:
-        _views[id(variable)] = (variable, host_from_gpu(variable.placed))
-    return _views[id(variable)][1]
+    """The host-typed view of a placed variable's copy, one per variable
+    (kept on it: freed with it)."""
+    view = variable.__dict__.get('_host_view')
+    if view is None:
+        view = variable._host_view = host_from_gpu(variable.placed)
+    return view
 
 
 def placed_replacements(variables):

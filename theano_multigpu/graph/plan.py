@@ -105,19 +105,22 @@ def _activation_bytes(call, batch_rows):
     return int(total)
 
 
-def budgets_of(mesh):
-    """{context name: bytes the plan may use, or None when unknown}."""
+def budgets_of(mesh, given_only=False):
+    """{context name: bytes the plan may use, or None when unknown}
+    (``given_only``: from multigpu.device_memory alone, not the devices)."""
     given = parse_device_memory(theano.config.multigpu.device_memory)
     sharing = {}
     for name in mesh.names:
         sharing[mesh.devices[name]] = sharing.get(mesh.devices[name], 0) + 1
-    budgets = {}
+    budgets, planned = {}, planned_bytes(mesh)
     for name in mesh.names:
         budget = given.get(name, given.get(None))
-        if budget is None:
+        if budget is None and not given_only:
             try:
                 free = get_context(mesh.graph_name(name)).free_gmem
-                budget = int(free) // sharing[mesh.devices[name]]
+                # What the plans placed there is in use already: the
+                # callers count it against the budget.
+                budget = int(free) // sharing[mesh.devices[name]] + planned[name]
             except Exception:   # the device does not tell (OpenCL may not)
                 budget = None
         budgets[name] = budget

@@ -152,34 +152,41 @@ def owners_balanced(needs, names, budgets, loads):
     return owners
 
 
-def check_shards_fit(needs, owners, names, budgets, loads):
+def check_shards_fit(needs, owners, names, budgets, loads, weights_elsewhere=None):
     """Raise PlanError, with the bytes needed and available per context,
-    when a context cannot hold what it owns (weights, their optimizer
-    state, ``loads``) and, during a step, a copy of every weight it does
-    not own."""
+    when a context cannot hold what it holds already (``loads``), what it
+    owns (weights and their optimizer state) and, during a step, a copy of
+    every weight it does not own: those of ``needs``, and
+    ``weights_elsewhere`` ({context: bytes of the weights placed before,
+    on other contexts, that the function reads}).  Gradients and
+    activations are not counted."""
     weights = sum(n.weights for n in needs)
+    elsewhere = weights_elsewhere or {}
     per_context = {}
     for name in names:
         owned = [n for n in needs if owners[n.name] == name]
         per_context[name] = (loads.get(name, 0) + sum(n.total for n in owned)
-                             + weights - sum(n.weights for n in owned))
+                             + weights - sum(n.weights for n in owned)
+                             + elsewhere.get(name, 0))
     over = [name for name in names
             if budgets.get(name) is not None and per_context[name] > budgets[name]]
     if not over:
         return
     largest = max(needs, key=lambda n: n.total)
-    lines = ['%s: needs %s, has %s' % (name, format_bytes(per_context[name]),
-                                       format_bytes(budgets[name])) for name in names]
+    lines = ['%s: needs %s, has %s' % (
+        name, format_bytes(per_context[name]),
+        'an unknown amount' if budgets.get(name) is None else format_bytes(budgets[name]))
+        for name in names]
     raise PlanError(
         'sharded batch-wise mode expects each context to hold the weights it owns, '
         'their optimizer state and, during a step, a copy of every other weight, '
-        'but %s do(es) not fit. The model needs %s in all (weights %s, optimizer '
-        'state %s, random generator states and the like %s; the largest weight, %s, '
-        '%s with its state; activations are not counted), and the plan asks:\n  %s\n'
+        'but %s do(es) not fit. The new weights need %s (weights %s, optimizer '
+        'state %s; the largest weight, %s, %s with its state), the contexts hold %s '
+        'already (random generators\' states, weights placed before); gradients and '
+        'activations are not counted.  The plan asks:\n  %s\n'
         'Add contexts, or raise multigpu.device_memory if the devices have more '
         'memory than it says.'
-        % (', '.join(over), format_bytes(weights + sum(n.state for n in needs)
-                                         + sum(loads.values())),
+        % (', '.join(over), format_bytes(weights + sum(n.state for n in needs)),
            format_bytes(weights), format_bytes(sum(n.state for n in needs)),
-           format_bytes(sum(loads.values())), largest.name, format_bytes(largest.total),
+           largest.name, format_bytes(largest.total), format_bytes(sum(loads.values())),
            '\n  '.join(lines)))

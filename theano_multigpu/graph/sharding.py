@@ -42,14 +42,17 @@ def _units(weights, owners):
     return needs, members
 
 
-def place_shards(variables, updates, mesh):
+def place_shards(variables, updates, params, mesh):
     """Give every unplaced PlacedVariable of ``variables`` (the shared
     variables a function reads or updates) an owner context and place it;
-    ``updates`` (pairs) tell which optimizer state goes with which weight.
+    ``updates`` (pairs) tell which optimizer state goes with which of
+    ``params`` (the weights gradients are taken of: a stateful layer's
+    state is not one, though its update alone reads the layer's weights).
     Raises PlanError, before compiling, when a context cannot hold its
     share (with multigpu.device_memory, or what the device reports)."""
     placed = [v for v in variables if isinstance(v, PlacedVariable)]
-    owners = optimizer_state_owners(updates, placed)
+    placed_ids = set(id(v) for v in placed)
+    owners = optimizer_state_owners(updates, [p for p in params if id(p) in placed_ids])
     for key, (state, weight) in list(owners.items()):
         if state.placed is not None:
             del owners[key]
@@ -62,8 +65,20 @@ def place_shards(variables, updates, mesh):
     if not needs:
         return
     budgets = budgets_of(mesh)
-    contexts = planner.owners_balanced(needs, mesh.names, budgets, loads)
-    planner.check_shards_fit(needs, contexts, mesh.names, budgets, loads)
+    # Balanced by the budgets given (multigpu.device_memory), not by the
+    # free memory devices report, which moves with every allocation: the
+    # same script would place its weights differently from run to run.
+    given = budgets_of(mesh, given_only=True)
+    contexts = planner.owners_balanced(needs, mesh.names, given, loads)
+    earlier = [(nbytes(p.placed), context_of(p.placed, mesh)) for p in params
+               if id(p) in placed_ids and p.placed is not None]
+    elsewhere = dict((name, sum(n for n, where in earlier if where != name))
+                     for name in mesh.names)
+    planner.check_shards_fit(needs, contexts, mesh.names, budgets, loads, elsewhere)
     for need in needs:
         for variable in members[need.name]:
             place(variable, contexts[need.name], mesh)
+    left = [v for v in placed if v.placed is None]
+    if left:
+        raise RuntimeError('sharded plan left %s unplaced; please report this with the '
+                           'model' % ', '.join(str(v) for v in left[:5]))

@@ -31,7 +31,9 @@ def compile_function(keras_function, inputs, outputs, updates, kwargs, title):
     roots = list(outputs) + [new for _, new in updates]
     if mesh.sharded:
         from ..graph import sharding
-        sharding.place_shards(_weights_read(roots, updates), updates, mesh)
+        from ..graph.gradients import stand_ins_in
+        params = [s.tag.multigpu_gradient.param for s in stand_ins_in(roots)]
+        sharding.place_shards(_weights_read(roots, updates), updates, params, mesh)
     serial = 0
     if ranks is not None:
         from ..mpi import agreement
