@@ -5,7 +5,8 @@ default) and not, each in a long-lived worker (benchmarks/step_worker.py):
 
 - the busiest context's bytes per step, sent or received (whichever is
   more) between contexts, over the ring all-reduce's 2(N-1)/N x the
-  parameter bytes (goal <= 1.15 sharded; the master alone moves about N);
+  parameter bytes, each way (goal <= 1.15 sharded; a master holding every
+  weight moves about N/2, plus the activations);
 - the largest context's resident bytes over the mean (goal <= 1.10
   sharded; the master alone holds everything);
 - the step time sharded over master-only (the driver asks the workers in
