@@ -308,6 +308,19 @@ FITS_WHEN_SHARDED = '''
         mlp(128).train_on_batch(np.ones((8, 128), 'float32'), np.ones((8, 128), 'float32'))
     except PlanError as error:
         print('refused:', error)
+
+    # A trained recurrent layer called again, once its weights are placed
+    # (an inference model): Scan builds its loop from the weights themselves.
+    from keras.layers import LSTM, Input
+    from keras.models import Model
+    rnn = Sequential([LSTM(4, input_shape=(3, 2)), Dense(1)])
+    rnn.compile(loss='mse', optimizer='sgd')
+    xs = rng.rand(4, 3, 2).astype('float32')
+    rnn.train_on_batch(xs, rng.rand(4, 1).astype('float32'))
+    inputs = Input(shape=(3, 2))
+    again = Model(inputs, rnn.layers[0](inputs)).predict(xs)
+    built = Model(rnn.layers[0].input, rnn.layers[0].output).predict(xs)
+    print('recurrent', np.allclose(again, built, rtol=1e-5, atol=1e-6), np.abs(built).min() > 0)
 '''
 
 
@@ -319,7 +332,8 @@ def test_a_model_one_context_cannot_hold_trains_sharded_and_a_bigger_one_stops(h
     and each holds no more than the budget.  A model 4 times bigger fits no
     plan: it stops before compiling, with the bytes needed and available
     per context.  ``K.eval`` of a weight before it is placed and after reads
-    its value."""
+    its value, and a trained LSTM called again on a new input computes what
+    it computed in the model it trained in."""
     weights = 4 * (64 * 64 + 64) * 4
     budget = int(2.5 * weights)
     result = run_python(home, FITS_WHEN_SHARDED,
@@ -330,6 +344,7 @@ def test_a_model_one_context_cannot_hold_trains_sharded_and_a_bigger_one_stops(h
     assert sum(resident) == 3 * weights and max(resident) <= budget, resident
     assert lines['moved'] == 'True'
     assert lines['eval'] == 'True True'   # K.eval reads the placed weight, not its placeholder
+    assert lines['recurrent'] == 'True True'
     refused = lines['refused:']
     assert refused.startswith('sharded batch-wise mode expects each context to hold the '
                               'weights it owns'), refused

@@ -214,6 +214,7 @@ def _show_mpi4py(io_module):
 def install():
     from . import shared_views
     importhook.after_import('theano.compile.function', shared_views.install)
+    importhook.after_import('theano.scan_module.scan', shared_views.install_scan)
     if 'theano.tensor.io' not in sys.modules:
         importhook.before_import('theano.tensor.io', _hide_mpi4py)
         importhook.after_import('theano.tensor.io', _show_mpi4py)

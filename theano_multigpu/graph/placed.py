@@ -3,7 +3,8 @@ is a host variable until the plan places it, then a handle on its copy on
 the planned context.
 
 ``get_value``/``set_value`` read and write that copy; the host variable
-keeps only a zero-strided placeholder of its shape (no memory).  Graphs
+keeps only a zero-strided placeholder of its shape (no memory; NaN for
+floats).  Graphs
 read the copy through ``host_view``, the shim's rewrite and any
 ``theano.function`` alike (``graph_view``, ``compat.shared_views``).
 Pickled, it carries its value.
@@ -39,7 +40,10 @@ class PlacedVariable(TensorSharedVariable):
         variable keeps a zero-strided placeholder of the same shape."""
         value = self.get_value()
         self.placed = gpuarray_shared_constructor(value, name=self.name, target=context_name)
-        self.container.storage[0] = np.broadcast_to(np.zeros((), value.dtype), value.shape)
+        # NaN for floats: a function compiled before, which reads the
+        # placeholder, shows it rather than plausible zeros.
+        fill = np.nan if value.dtype.kind == 'f' else 0
+        self.container.storage[0] = np.broadcast_to(np.full((), fill, value.dtype), value.shape)
         # ``W.eval()`` (K.eval) keeps the function it compiled, which read
         # the host value: compiled again, it reads the copy.
         self.__dict__.pop('_fn_cache', None)
