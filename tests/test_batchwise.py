@@ -39,11 +39,11 @@ MODELS = EXACT
 # To keep the suite short (compiling dominates), 4 contexts train the models
 # whose split differs from 2 contexts': uneven slices (batch 10 as 2, 3, 2,
 # 3 rows) and a batch smaller than the number of contexts (mlp@3).
-# The master alone holding the weights ('local') trains a model with a
-# regulariser and dropout, and a stateful one.
+# The master alone holding the weights ('local') trains a model with
+# dropout too.
 MODELS_ON = {1: MODELS, 2: MODELS,
              4: ['mlp', 'cnn', 'functional', 'mlp@3', 'vae_symbolic', 'cnn_bn'],
-             'local': ['cnn_bn', 'mlp_dropout', 'stateful_lstm']}
+             'local': ['cnn_bn', 'mlp_dropout']}
 STEPS, BATCH = 5, 10
 RTOL, ATOL = 1e-4, 1e-6
 
@@ -311,6 +311,9 @@ FITS_WHEN_SHARDED = '''
 
     # A trained recurrent layer called again, once its weights are placed
     # (an inference model): Scan builds its loop from the weights themselves.
+    # (On two contexts alone: compiling dominates the suite's time.)
+    if len(mesh.current().names) != 2:
+        raise SystemExit
     from keras.layers import LSTM, Input
     from keras.models import Model
     rnn = Sequential([LSTM(4, input_shape=(3, 2)), Dense(1)])
@@ -332,8 +335,8 @@ def test_a_model_one_context_cannot_hold_trains_sharded_and_a_bigger_one_stops(h
     and each holds no more than the budget.  A model 4 times bigger fits no
     plan: it stops before compiling, with the bytes needed and available
     per context.  ``K.eval`` of a weight before it is placed and after reads
-    its value, and a trained LSTM called again on a new input computes what
-    it computed in the model it trained in."""
+    its value, and (on 2 contexts) a trained LSTM called again on a new
+    input computes what it computed in the model it trained in."""
     weights = 4 * (64 * 64 + 64) * 4
     budget = int(2.5 * weights)
     result = run_python(home, FITS_WHEN_SHARDED,
@@ -344,7 +347,8 @@ def test_a_model_one_context_cannot_hold_trains_sharded_and_a_bigger_one_stops(h
     assert sum(resident) == 3 * weights and max(resident) <= budget, resident
     assert lines['moved'] == 'True'
     assert lines['eval'] == 'True True'   # K.eval reads the placed weight, not its placeholder
-    assert lines['recurrent'] == 'True True'
+    assert lines.get('recurrent', 'True True') == 'True True'
+    assert ('recurrent' in lines) == (flags == TWO)
     refused = lines['refused:']
     assert refused.startswith('sharded batch-wise mode expects each context to hold the '
                               'weights it owns'), refused

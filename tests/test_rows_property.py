@@ -21,7 +21,7 @@ from model_worker import LAYERS, ROWS_MEET  # noqa: E402
 from one_context import Worker  # noqa: E402  (benchmarks/, on the path through conftest)
 
 pytestmark = needs_pocl
-EXAMPLES, STEPS = 5, 3
+EXAMPLES, STEPS = 4, 3
 
 
 @pytest.fixture(scope='module')

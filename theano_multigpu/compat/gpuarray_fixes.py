@@ -108,11 +108,6 @@ def _is_metadata(variable):
             or (variable.ndim <= 1 and not variable.dtype.startswith('float')))
 
 
-# What ``_contexts_of_readers`` finds for a reader whose other inputs are on
-# no context (constants and shapes alone), or past its depth.
-_NO_CONTEXT = object()
-
-
 def _contexts_of_readers(variable, depth=8):
     """The contexts whose data the ops reading ``variable`` compute with:
     through ops that read nothing else (a DimShuffle, a Reshape, another
@@ -124,17 +119,15 @@ def _contexts_of_readers(variable, depth=8):
             continue
         others = [v for i, v in enumerate(client.inputs) if i != index and not _is_metadata(v)]
         if others:
-            # Theano's default context (None) is a context like any other
-            # (the master, with several); an op reading none is not.
-            if any(_comes_from_a_context(v) for v in others):
+            try:
                 found.add(basic_ops.infer_context_name(*others))
-            else:
-                found.add(_NO_CONTEXT)
+            except ValueError:
+                found.add(None)
         elif depth > 0:
             for output in client.outputs:
                 found |= _contexts_of_readers(output, depth - 1)
         else:
-            found.add(_NO_CONTEXT)
+            found.add(None)
     return found
 
 
@@ -160,8 +153,9 @@ def _comes_from_a_context(variable):
 @gof.local_optimizer([tensor.Alloc, tensor.AllocEmpty])
 def local_alloc_on_clients_context(node):
     """Alloc(...) -> HostFromGpu(GpuAlloc<c>(...)) when no input of the
-    Alloc is on a GPU and, of the named contexts, the ops that read it
-    compute with data from ``c`` alone.  Theano's lifter puts such allocations (zeros an
+    Alloc is on a GPU and its value is computed on ``c`` or, for a value of
+    constants, of the named contexts the ops that read it compute with data
+    from ``c`` alone.  Theano's lifter puts such allocations (zeros an
     initial state or a gradient starts from) on the default context, and
     the first GPU input decides where an op runs, so e.g. the IncSubtensor
     that fills a replica's gradient ran on the master."""
@@ -173,12 +167,15 @@ def local_alloc_on_clients_context(node):
     if any(v.owner is not None and isinstance(v.owner.op, HostFromGpu) for v in node.inputs):
         return False   # the lifter places it by that input
     if isinstance(node.op, tensor.Alloc) and _comes_from_a_context(node.inputs[0]):
-        return False   # a value computed on a context: the lifter places it there
-    contexts = _contexts_of_readers(output)
-    named = contexts - {_NO_CONTEXT}
-    if len(named) != 1 or 'output' in named or None in named:
-        return False   # the lifter's default context, or readers on several
-    context_name = named.pop()
+        # A value computed on a context is spread there (Theano's lifter
+        # would search the shapes too, which may name another context).
+        context_name = basic_ops.infer_context_name(node.inputs[0])
+    else:
+        contexts = _contexts_of_readers(output)
+        named = contexts - {None}   # None: the default context, or none found
+        if len(named) != 1 or 'output' in named:
+            return False
+        context_name = named.pop()
     if isinstance(node.op, tensor.Alloc):
         value = as_gpuarray_variable(node.inputs[0], context_name)
         placed = GpuAlloc(context_name)(value, *node.inputs[1:])

@@ -106,21 +106,20 @@ def _activation_bytes(call, batch_rows):
 
 
 def budgets_of(mesh, given_only=False):
-    """{context name: bytes the plan may use, or None when unknown}
-    (``given_only``: from multigpu.device_memory alone, not the devices)."""
+    """{context name: bytes the plan may use, or None when unknown}: from
+    multigpu.device_memory, else the device's free memory (which excludes
+    what is allocated already), unless ``given_only``."""
     given = parse_device_memory(theano.config.multigpu.device_memory)
     sharing = {}
     for name in mesh.names:
         sharing[mesh.devices[name]] = sharing.get(mesh.devices[name], 0) + 1
-    budgets, planned = {}, planned_bytes(mesh)
+    budgets = {}
     for name in mesh.names:
         budget = given.get(name, given.get(None))
         if budget is None and not given_only:
             try:
                 free = get_context(mesh.graph_name(name)).free_gmem
-                # What the plans placed there is in use already: the
-                # callers count it against the budget.
-                budget = int(free) // sharing[mesh.devices[name]] + planned[name]
+                budget = int(free) // sharing[mesh.devices[name]]
             except Exception:   # the device does not tell (OpenCL may not)
                 budget = None
         budgets[name] = budget
@@ -154,11 +153,12 @@ def plan_layers(calls, owners, mesh, batch_rows, others=()):
     for state, weight in owners.values():
         if id(state) not in claimed and id(weight) in claimed and state.placed is None:
             by_layer[claimed[id(weight)]].state += state.nbytes
-    budgets = budgets_of(mesh)
+    budgets, given = budgets_of(mesh), budgets_of(mesh, given_only=True)
     held = held_bytes(mesh)
     for name in mesh.names:   # what earlier plans and others use is not available
         if budgets[name] is not None:
-            budgets[name] -= held.get(name, 0)
+            if given[name] is not None:   # a device's free memory excludes them
+                budgets[name] -= held.get(name, 0)
             if _plan is not None:
                 budgets[name] -= sum(n.total for n in _plan.needs_on(name))
     layer_map = parse_layer_map(theano.config.multigpu.layer_map)

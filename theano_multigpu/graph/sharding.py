@@ -74,7 +74,9 @@ def place_shards(variables, updates, params, mesh):
                if id(p) in placed_ids and p.placed is not None]
     elsewhere = dict((name, sum(n for n, where in earlier if where != name))
                      for name in mesh.names)
-    planner.check_shards_fit(needs, contexts, mesh.names, budgets, loads, elsewhere)
+    # A device's free memory excludes what it holds already.
+    held = dict((name, loads[name] if given[name] is not None else 0) for name in mesh.names)
+    planner.check_shards_fit(needs, contexts, mesh.names, budgets, held, elsewhere)
     for need in needs:
         for variable in members[need.name]:
             place(variable, contexts[need.name], mesh)
