@@ -320,9 +320,9 @@ FITS_WHEN_SHARDED = '''
     rnn.compile(loss='mse', optimizer='sgd')
     xs = rng.rand(4, 3, 2).astype('float32')
     rnn.train_on_batch(xs, rng.rand(4, 1).astype('float32'))
+    built = Model(rnn.layers[0].input, rnn.layers[0].output).predict(xs)
     inputs = Input(shape=(3, 2))
     again = Model(inputs, rnn.layers[0](inputs)).predict(xs)
-    built = Model(rnn.layers[0].input, rnn.layers[0].output).predict(xs)
     print('recurrent', np.allclose(again, built, rtol=1e-5, atol=1e-6), np.abs(built).min() > 0)
 '''
 

@@ -108,6 +108,11 @@ def _is_metadata(variable):
             or (variable.ndim <= 1 and not variable.dtype.startswith('float')))
 
 
+# What ``_contexts_of_readers`` finds for a reader of constants and shapes
+# alone, or past its depth.
+_NO_CONTEXT = object()
+
+
 def _contexts_of_readers(variable, depth=8):
     """The contexts whose data the ops reading ``variable`` compute with:
     through ops that read nothing else (a DimShuffle, a Reshape, another
@@ -119,15 +124,18 @@ def _contexts_of_readers(variable, depth=8):
             continue
         others = [v for i, v in enumerate(client.inputs) if i != index and not _is_metadata(v)]
         if others:
-            try:
+            # Theano's default context (None: the master, with several) is
+            # a context like any other; a reader of constants and shapes
+            # alone is on none.
+            if any(_comes_from_a_context(v) for v in others):
                 found.add(basic_ops.infer_context_name(*others))
-            except ValueError:
-                found.add(None)
+            else:
+                found.add(_NO_CONTEXT)
         elif depth > 0:
             for output in client.outputs:
                 found |= _contexts_of_readers(output, depth - 1)
         else:
-            found.add(None)
+            found.add(_NO_CONTEXT)
     return found
 
 
@@ -172,9 +180,9 @@ def local_alloc_on_clients_context(node):
         context_name = basic_ops.infer_context_name(node.inputs[0])
     else:
         contexts = _contexts_of_readers(output)
-        named = contexts - {None}   # None: the default context, or none found
-        if len(named) != 1 or 'output' in named:
-            return False
+        named = contexts - {None, _NO_CONTEXT}
+        if len(named) != 1 or 'output' in named or None in contexts:
+            return False   # read on several contexts: the lifter's default one
         context_name = named.pop()
     if isinstance(node.op, tensor.Alloc):
         value = as_gpuarray_variable(node.inputs[0], context_name)
