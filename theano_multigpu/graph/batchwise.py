@@ -25,12 +25,15 @@ from theano.gpuarray.type import GpuArrayType
 from theano.tensor.opt import Assert
 
 from .gradients import real_gradients, stand_ins_in
-from .placed import PlacedVariable, host_view, placed_replacements, value_holder
+from .placed import (PlacedVariable, check_no_placeholder, host_view, placed_replacements,
+                     value_holder)
 from .replace import replaced
 from .rows import find_rows_meeting, slice_bounds
 from .transfer import HOST, on_context
 
 __all__ = ['LocalGather', 'find_frontier', 'rewrite', 'Split', 'SplitFunction']
+
+_SHARD_OFF = ', and set multigpu.shard=False to train meanwhile'
 
 
 class LocalGather(object):
@@ -116,8 +119,7 @@ def _replica_replacements(frontier, inputs, context, bounds, whole, batch_size):
     for variable in gof.graph.inputs(frontier):
         if id(variable) in inputs and variable.ndim >= 1:
             replace[variable] = place(variable[start:stop])
-    for variable in gof.graph.inputs(frontier):
-        if isinstance(variable, PlacedVariable) and variable.placed is not None:
+        elif isinstance(variable, PlacedVariable) and variable.placed is not None:
             replace[variable] = place(host_view(variable))   # a copy from its owner
     if context != HOST:
         for node in gof.graph.io_toposort(gof.graph.inputs(frontier), frontier):
@@ -194,7 +196,7 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
     gathered.update(gather.gradients(stand_ins, dict(gathered), value_holder))
 
     new_roots = theano.clone(roots, replace=gathered, strict=False)
-    _check_no_placeholder(new_roots)
+    check_no_placeholder(new_roots, 'batch-wise rewrite', _SHARD_OFF)
     new_outputs = new_roots[:len(outputs)]
     new_updates = [(value_holder(var), new)
                    for (var, _), new in zip(updates, new_roots[len(outputs):])]
@@ -222,23 +224,10 @@ def _unsplit(outputs, updates):
     master: a sharded weight read where it lives, written there."""
     roots = list(outputs) + [new for _, new in updates]
     roots = replaced(roots, placed_replacements(gof.graph.inputs(roots)))
-    _check_no_placeholder(roots)
+    check_no_placeholder(roots, 'batch-wise rewrite', _SHARD_OFF)
     return (roots[:len(outputs)],
             [(value_holder(var), new) for (var, _), new in zip(updates, roots[len(outputs):])],
             Split([], []))
-
-
-def _check_no_placeholder(roots):
-    """Raise where the rewrite left a sharded weight's host handle in the
-    graph: it holds a placeholder, and a gradient with respect to the
-    weight's copy would miss that path."""
-    left = [v for v in gof.graph.inputs(roots)
-            if isinstance(v, PlacedVariable) and v.placed is not None]
-    if left:
-        raise RuntimeError(
-            'batch-wise rewrite left the host handles of %s in the graph, where they '
-            'hold no values; please report this with the model, and set '
-            'multigpu.shard=False to train meanwhile' % ', '.join(str(v) for v in left[:5]))
 
 
 def _reading(inputs, outputs):

@@ -16,8 +16,8 @@ adapter's): it passes ``layer_calls(roots)``, returning LayerCalls.
 from theano import gof
 
 from .gradients import real_gradients, stand_ins_in
-from .placed import (PlacedVariable, optimizer_state_owners, placed_replacements,
-                     value_holder)
+from .placed import (PlacedVariable, check_no_placeholder, optimizer_state_owners,
+                     placed_replacements, value_holder)
 from .plan import current_plan, place, plan_layers
 from .replace import replaced
 from .transfer import on_context
@@ -142,12 +142,7 @@ def rewrite(inputs, outputs, updates, mesh, batch_rows, layer_calls):
                 replace[variable] = on_context(variable, output_context)
     replace.update(real_gradients(stand_ins, replace, wrt=value_holder))
     new_roots = replaced(roots, replace)
-    left = [v for v in gof.graph.inputs(new_roots) if isinstance(v, PlacedVariable)]
-    if left:
-        raise RuntimeError(
-            'layer-wise rewrite left the host copies of %s in the graph, where they '
-            'hold no values; please report this with the model'
-            % ', '.join(str(v) for v in left[:5]))
+    check_no_placeholder(new_roots, 'layer-wise rewrite')
     new_updates = [(value_holder(variable), new)
                    for (variable, _), new in zip(updates, new_roots[len(outputs):])]
     return new_roots[:len(outputs)], new_updates

@@ -17,7 +17,7 @@ from theano.gpuarray.type import gpuarray_shared_constructor
 from theano.tensor.sharedvar import TensorSharedVariable
 
 __all__ = ['PlacedVariable', 'new_variable', 'host_view', 'placed_replacements',
-           'value_holder', 'optimizer_state_owners']
+           'value_holder', 'check_no_placeholder', 'optimizer_state_owners']
 
 
 class PlacedVariable(TensorSharedVariable):
@@ -99,6 +99,20 @@ def value_holder(variable):
     if isinstance(variable, PlacedVariable) and variable.placed is not None:
         return variable.placed
     return variable
+
+
+def check_no_placeholder(roots, rewrite, advice=''):
+    """Raise where ``rewrite`` (a name for the message) left a placed
+    variable's host handle in the graph of ``roots``: it holds a
+    placeholder, and a gradient with respect to the copy would miss that
+    path."""
+    left = [v for v in gof.graph.inputs(roots)
+            if isinstance(v, PlacedVariable) and v.placed is not None]
+    if left:
+        raise RuntimeError(
+            '%s left the host handles of %s in the graph, where they hold no values; '
+            'please report this with the model%s'
+            % (rewrite, ', '.join(str(v) for v in left[:5]), advice))
 
 
 def optimizer_state_owners(updates, weights):
