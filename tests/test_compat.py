@@ -169,7 +169,14 @@ def test_removed_names_work_in_a_keras_model(home, config):
 # 3. Recurrent layers (Scan) --------------------------------------------
 
 def test_recurrent_layers_train_with_the_compiled_scan_loop(home, config):
+    """Under the shim the loop is built first, into a directory of the
+    test's own (a first run once fell back to the Python loop: the built
+    module did not load from where it was moved)."""
     out = run(home, config, '''
+        if %r == 'shim':
+            from theano_multigpu.compat import compiled_scan
+            fresh = os.path.join(os.getcwd(), 'scan_loop_build')
+            compiled_scan.build_directory = lambda: fresh
         from keras.models import Sequential
         from keras.layers import SimpleRNN, LSTM, Dense
         from keras.optimizers import Adam
@@ -192,9 +199,10 @@ def test_recurrent_layers_train_with_the_compiled_scan_loop(home, config):
         from theano_multigpu.compat import compiled_scan
         report(losses=losses, rnn_error=error, loop=compiled_scan.loop_description(),
                scan_ext=repr(sys.modules.get('theano.scan_module.scan_perform_ext', 'absent')))
-    ''')
+    ''' % config)
     assert out['scan_ext'] == 'None'   # not Theano's loop, which fails to build,
     assert out['loop'].startswith('compiled (Cython, ')  # but the project's
+    assert ('scan_loop_build' in out['loop']) == (config == 'shim'), out['loop']
     assert out['rnn_error'] < 1e-5     # and computed what numpy computes
     for name, losses in out['losses'].items():
         assert losses[-1] < 0.75 * losses[0], (name, losses)  # measured: 0.41 to 0.51
@@ -443,6 +451,46 @@ def test_average_pooling_gradients_on_pocl_are_right(home):
     ''')
     assert 'GpuAveragePoolGrad' in out['ops'], out['ops']
     assert len(out['errors']) == 8 and max(out['errors']) < 1e-5, out['errors']
+
+
+@needs_pocl
+def test_an_allocation_read_on_several_contexts_is_made_on_each(home):
+    """One allocation (Theano merges the replicas' equal zeros into one)
+    read by ops on two contexts, directly and through ops that read
+    nothing else: each context's ops run on their own context, on an
+    allocation of their own, and give numpy's numbers.  A single
+    allocation on either context took the other's product there."""
+    out = run(home, 'shim', flags='contexts=dev0->opencl0:0;dev1->opencl0:1;dev2->opencl0:0',
+              code='''
+        import theano, theano.tensor as T
+        from theano.gpuarray.type import GpuArrayType
+
+        rng = np.random.RandomState(0)
+        values = [rng.rand(3, 3).astype('float32') for _ in range(2)]
+        weights = [theano.shared(v, target=t) for v, t in zip(values, ('dev1', 'dev2'))]
+        n = T.iscalar()
+        a = T.alloc(np.float32(0.5), n, 3)
+        outputs = [T.dot(a, w) + 1 for w in weights]
+        outputs += [a.T.sum(axis=1) * w.sum(axis=0) for w in weights]
+        f = theano.function([n], outputs)
+        got = f(4)
+        host = np.full((4, 3), 0.5, dtype='float32')
+        expected = [host.dot(v) + 1 for v in values] + [host.T.sum(axis=1) * v.sum(axis=0)
+                                                        for v in values]
+        wrong = []
+        for node in f.maker.fgraph.toposort():
+            reads = set(v.type.context_name for v in theano.gof.graph.inputs([node.outputs[0]])
+                        if isinstance(v.type, GpuArrayType))
+            if (len(reads) == 1 and isinstance(node.outputs[0].type, GpuArrayType)
+                    and node.outputs[0].type.context_name not in reads):
+                wrong.append('%s on %s, reads %s' % (node, node.outputs[0].type.context_name,
+                                                     reads.pop()))
+        report(errors=[float(np.max(np.abs(g - e))) for g, e in zip(got, expected)],
+               wrong=wrong, ops=[type(nd.op).__name__ for nd in f.maker.fgraph.toposort()])
+    ''')
+    assert len(out['errors']) == 4 and max(out['errors']) < 1e-5, out['errors']
+    assert out['wrong'] == [], out
+    assert 'GpuGemm' in str(out['ops']) or 'GpuDot22' in str(out['ops']), out['ops']
 
 
 # 4. h5py 3: weights and models round trip, old files load ---------------

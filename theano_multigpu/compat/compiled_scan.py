@@ -65,7 +65,11 @@ def _cythonize(directory):
 def _build(directory):
     """Build the module into ``directory``, which appears whole or not at
     all: built in a directory of its own beside it, then renamed (another
-    process building at the same moment wastes its work, nothing more)."""
+    process building at the same moment wastes its work, nothing more).
+    Returns the module, loaded from where it was built: the renamed file is
+    the same file to the dynamic loader, which hands back the module loaded
+    already, whose path is the old one (Theano's dlimport refused it, and a
+    first run fell back to the Python loop)."""
     import numpy
     from theano.gof import cmodule
     parent = os.path.dirname(directory)
@@ -79,7 +83,7 @@ def _build(directory):
             code = cpp.read()
         os.remove(generated)  # Theano keeps its own copy, mod.cpp
         try:
-            cmodule.GCC_compiler.compile_str(
+            module = cmodule.GCC_compiler.compile_str(
                 MODULE_NAME, code, location=building, include_dirs=[numpy.get_include()],
                 preargs=_compile_flags(), hide_symbols=False)
         except Exception as error:
@@ -93,6 +97,7 @@ def _build(directory):
                 raise
     finally:
         shutil.rmtree(building, ignore_errors=True)
+    return module
 
 
 def _load():
@@ -112,7 +117,7 @@ def _load():
         compilelock.get_lock()   # saves other processes the same build
         try:
             if not os.path.exists(library):
-                _build(directory)
+                return _build(directory), directory
         finally:
             compilelock.release_lock()
     try:

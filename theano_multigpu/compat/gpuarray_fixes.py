@@ -184,12 +184,84 @@ def local_alloc_on_clients_context(node):
         if len(named) != 1 or 'output' in named or None in contexts:
             return False   # read on several contexts: the lifter's default one
         context_name = named.pop()
+    return [_placed_allocation(node, context_name)]
+
+
+def _is_passed_along(node, index):
+    """True when ``node`` computes with its input ``index`` and constants
+    and shapes alone (a DimShuffle, a Reshape, another Alloc)."""
+    return all(_is_metadata(v) for i, v in enumerate(node.inputs) if i != index)
+
+
+def _allocation_below(variable, depth=8):
+    """The chain from a host float Alloc (or AllocEmpty) whose value is
+    not computed on a context to ``variable``, through ops that read
+    nothing else: ``[(node, input index), ...]`` from the Alloc's reader
+    up, the Alloc's node first.  None for any other variable."""
+    chain = []
+    while variable.owner is not None and depth >= 0:
+        node = variable.owner
+        if type(node.op) in (tensor.Alloc, tensor.AllocEmpty):
+            if (not variable.dtype.startswith('float')
+                    or (isinstance(node.op, tensor.Alloc)
+                        and _comes_from_a_context(node.inputs[0]))):
+                return None
+            return [(node, None)] + chain[::-1]
+        moving = [i for i, v in enumerate(node.inputs) if not _is_metadata(v)]
+        if len(moving) != 1 or len(node.outputs) != 1:
+            return None
+        chain.append((node, moving[0]))
+        variable = node.inputs[moving[0]]
+        depth -= 1
+    return None
+
+
+def _placed_allocation(node, context_name):
+    """A new allocation like the host Alloc or AllocEmpty ``node``, on
+    ``context_name``, seen from the host."""
+    output = node.outputs[0]
     if isinstance(node.op, tensor.Alloc):
         value = as_gpuarray_variable(node.inputs[0], context_name)
         placed = GpuAlloc(context_name)(value, *node.inputs[1:])
     else:
         placed = GpuAllocEmpty(output.dtype, context_name)(*node.inputs)
-    return [host_from_gpu(placed)]
+    return tensor.patternbroadcast(host_from_gpu(placed), output.broadcastable)
+
+
+@gof.local_optimizer(None)
+def local_allocation_per_reading_context(node):
+    """An op reading an allocation (through ops that read nothing else)
+    that ops on other contexts read too gets an allocation of its own, on
+    its context.  Theano's merge makes one allocation of the replicas'
+    equal zeros (a GRU's gradient accumulators); placed on any one
+    context, it took the other replicas' products there."""
+    chains = {}
+    for index, variable in enumerate(node.inputs):
+        if not _is_metadata(variable):
+            chain = _allocation_below(variable)
+            if chain is not None:
+                chains[index] = chain
+    if not chains or any(_is_passed_along(node, index) for index in chains):
+        return False
+    others = [v for i, v in enumerate(node.inputs) if i not in chains and not _is_metadata(v)]
+    if not any(_comes_from_a_context(v) for v in others):
+        return False
+    context_name = basic_ops.infer_context_name(*others)
+    inputs = list(node.inputs)
+    for index, chain in chains.items():
+        allocation = chain[0][0]
+        readers = _contexts_of_readers(allocation.outputs[0]) - {_NO_CONTEXT}
+        if len(readers) < 2:
+            continue   # local_alloc_on_clients_context places it
+        value = _placed_allocation(allocation, context_name)
+        for passing, moving in chain[1:]:
+            passed = list(passing.inputs)
+            passed[moving] = value
+            value = passing.op(*passed)
+        inputs[index] = value
+    if inputs == node.inputs:
+        return False
+    return node.op(*inputs, return_list=True)
 
 
 def _context_of_host_node(node):
@@ -248,6 +320,8 @@ def install(several_contexts=False):
         # Just before the GPU lifting (48.5), after the stabilising passes.
         register_optimizer('softmax_grad_elementwise', local_softmax_grad_elementwise,
                            'gpuarray_opt', -0.1)
+        register_optimizer('allocation_per_reading_context',
+                           local_allocation_per_reading_context, 'gpuarray_opt', -0.06)
         register_optimizer('alloc_on_clients_context', local_alloc_on_clients_context,
                            'gpuarray_opt', -0.05)
         _stock_belongs_to_set = SCAN_MERGE_TEST.check(ScanMerge.belongs_to_set)
