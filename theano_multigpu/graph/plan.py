@@ -6,6 +6,7 @@ The numbers (each layer's bytes, each context's budget, and the shared
 variables no plan places, such as random generators' states, where they
 live) are counted here; ``planner`` decides from them.
 """
+import gc
 import weakref
 
 import numpy as np
@@ -66,6 +67,12 @@ def place(variable, name, mesh):
 
 
 def _bytes_by_context(where, mesh, variables):
+    if variables is None:
+        # What the process holds now: a dead model's weights, waiting for
+        # Python's cycle collector, would otherwise count or not depending
+        # on when it last ran, and the same script would place its weights
+        # differently from run to run.
+        gc.collect()
     found = dict((name, 0) for name in mesh.names)
     chosen = None if variables is None else set(id(v) for v in variables)
     for variable, name in list(where.items()):

@@ -60,10 +60,10 @@ def place_shards(variables, updates, params, mesh):
             place(state, context_of(weight.placed, mesh), mesh)
             del owners[key]
     hold(variables, mesh)
-    loads = planned_bytes(mesh)
     needs, members = _units([v for v in placed if v.placed is None], owners)
     if not needs:
         return
+    loads = planned_bytes(mesh)
     budgets = budgets_of(mesh)
     # Balanced by the budgets given (multigpu.device_memory), not by the
     # free memory devices report, which moves with every allocation: the
