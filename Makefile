@@ -4,7 +4,7 @@ PYTHON := .venv/bin/python
 export POCL_DEVICES ?= pthread pthread
 export POCL_MAX_PTHREAD_COUNT ?= 1
 
-.PHONY: setup demo test sweep bench clean
+.PHONY: setup demo test sweep bench gpu-bundle gpu-check clean
 
 setup:
 	@tools/setup.sh
@@ -27,5 +27,14 @@ bench:
 	@BENCH=1 tools/setup.sh
 	$(PYTHON) benchmarks/run_all.py
 
+# A folder (at most 64 MiB) that carries this stack to a machine with an
+# NVIDIA GPU and no package index; there: bash dist/gpu-bundle/project/tools/gpu_check.sh OUTDIR
+gpu-bundle:
+	@tools/gpu_bundle.sh dist/gpu-bundle
+
+# The GPU check from this checkout (GPU_CHECK_DEVICE=opencl0:0: pocl stands in)
+gpu-check: setup
+	tools/gpu_check.sh dist/gpu-check
+
 clean:
-	rm -rf .venv build *.egg-info
+	rm -rf .venv build dist *.egg-info

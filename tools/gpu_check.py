@@ -1,0 +1,377 @@
+"""The GPU check (run through tools/gpu_check.sh, which sets up the stack).
+
+    python tools/gpu_check.py OUTDIR [--device cuda0] [--models mlp,cnn,lstm,cnn_bn]
+                              [--rounds 20] [--minutes 7.5]
+
+On one device (``--device``; a pocl device, opencl0:0, stands in where
+there is no GPU), writes into OUTDIR:
+
+- ``libraries.txt``: the CUDA driver, NVRTC and cuBLAS libraries found
+  (libgpuarray opens them by the names libcuda.so, libnvrtc.so and
+  libcublas.so, which CUDA 12 and 13, and the pip packages nvidia-cuda-nvrtc
+  and nvidia-cublas, do not carry: OUTDIR/cuda-libs links those names to
+  what was found), or which are missing and where it looked;
+- ``info.txt``: ``python -m theano_multigpu info``;
+- for each configuration, the results of tests/children/train_models.py
+  (its log and .npz): the CPU, one context, batch-wise on 2 and 4 names of
+  the device (sharded and the master holding every weight), layer-wise on
+  2 names; each compared with one context (the CPU for one context);
+- ``steps``: the step time of benchmarks/models.py's MLP and CNN at 1, 2
+  and 4 names (sharded batch-wise), and the bytes each context sent and
+  received per step;
+- ``summary.json`` and ``summary.md``: every figure.
+
+Exits 0 when every comparison holds, 1 when one does not, 2 when the stack
+is incomplete (a library missing).
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, 'benchmarks'))
+from harness import PYTHON, child_env, median  # noqa: E402
+
+CHILD = os.path.join(REPO, 'tests', 'children', 'train_models.py')
+STEPS, BATCH = 5, 10
+# One context against the CPU (the kernels sum in other orders), several
+# contexts against one (the tests' tolerances).
+CPU_RTOL, CPU_ATOL = 1e-3, 1e-4
+RTOL, ATOL = 1e-4, 1e-6
+PARITY_MODELS = ('mlp', 'cnn', 'lstm')
+# Theano's C code compiled without optimisation: compiling dominates.  From
+# a bundle, gpu_check.sh adds its header and library folders.
+COMPILE_FLAGS = 'gcc.cxxflags=%s,dnn.enabled=False' % ' '.join(
+    ['-O0', '-g0'] + os.environ.get('GPU_CHECK_CXXFLAGS', '').split())
+
+# (what, the name libgpuarray 0.7.6 opens, file names that serve, best first)
+CUDA_LIBRARIES = [
+    ('CUDA driver', 'libcuda.so', ['libcuda.so.1', 'libcuda.so']),
+    ('NVRTC', 'libnvrtc.so', ['libnvrtc.so.13', 'libnvrtc.so.12', 'libnvrtc.so.11.2',
+                              'libnvrtc.so']),
+    ('cuBLAS', 'libcublas.so', ['libcublas.so.13', 'libcublas.so.12', 'libcublas.so.11',
+                                'libcublas.so']),
+]
+
+
+def library_folders(environ=os.environ, roots=('/',)):
+    """Folders that may hold the CUDA libraries, in the order searched:
+    LD_LIBRARY_PATH, the dynamic loader's cache, the usual system and CUDA
+    toolkit folders, WSL's, and the lib folders of pip's nvidia packages in
+    every site-packages found (system, /usr/local, users', virtual
+    environments under /opt and the home folders)."""
+    folders = [f for f in environ.get('LD_LIBRARY_PATH', '').split(':') if f]
+    try:
+        cache = subprocess.run(['ldconfig', '-p'], capture_output=True, text=True,
+                               timeout=30).stdout
+        folders += [os.path.dirname(p) for p in re.findall(r'=> (\S+)', cache)]
+    except (OSError, subprocess.SubprocessError):
+        pass
+    for root in roots:
+        def under(*pattern):
+            return sorted(glob.glob(os.path.join(root, *pattern)), reverse=True)
+        folders += under('usr', 'lib', 'x86_64-linux-gnu') + under('usr', 'lib64')
+        folders += under('usr', 'lib', 'wsl', 'lib')
+        for cuda in under('usr', 'local', 'cuda*') + under('opt', 'cuda*'):
+            folders += [os.path.join(cuda, 'lib64'),
+                        os.path.join(cuda, 'targets', 'x86_64-linux', 'lib')]
+        sites = []
+        for base in (('usr', 'lib'), ('usr', 'local', 'lib'), ('root', '.local', 'lib'),
+                     ('home', '*', '.local', 'lib'), ('opt', '*', 'lib'),
+                     ('opt', '*', '*', 'lib'), ('home', '*', '*', 'lib')):
+            for packages in ('site-packages', 'dist-packages'):
+                sites += under(*(base + ('python3*', packages)))
+        for site in sites:
+            folders += under(site[len(root):].lstrip('/'), 'nvidia', '*', 'lib')
+    seen, ordered = set(), []
+    for folder in folders:
+        if folder not in seen and os.path.isdir(folder):
+            seen.add(folder)
+            ordered.append(folder)
+    return ordered
+
+
+def find_cuda_libraries(folders):
+    """{what: path or None}: for each library, the first folder's file of
+    the best name (the newest CUDA first)."""
+    found = {}
+    for what, _, names in CUDA_LIBRARIES:
+        found[what] = None
+        for name in names:
+            hits = [os.path.join(f, name) for f in folders if os.path.exists(os.path.join(f, name))]
+            if hits:
+                found[what] = hits[0]
+                break
+    return found
+
+
+def link_cuda_libraries(found, folder):
+    """Links, in ``folder``, of the names libgpuarray opens to what was
+    found; the LD_LIBRARY_PATH that serves them (``folder`` and the found
+    libraries' own folders, where NVRTC finds its builtins and cuBLAS its
+    cublasLt)."""
+    os.makedirs(folder, exist_ok=True)
+    path = [folder]
+    for what, opened, _ in CUDA_LIBRARIES:
+        link = os.path.join(folder, opened)
+        if os.path.lexists(link):
+            os.remove(link)
+        os.symlink(os.path.realpath(found[what]), link)
+        if os.path.dirname(found[what]) not in path:
+            path.append(os.path.dirname(found[what]))
+    return ':'.join(path)
+
+
+def cuda_report(found, folders):
+    lines = []
+    for what, opened, names in CUDA_LIBRARIES:
+        if found[what]:
+            lines.append('%-12s %s (opened as %s)' % (what, found[what], opened))
+        else:
+            lines.append('%-12s MISSING: none of %s' % (what, ', '.join(names)))
+    missing = [what for what in found if not found[what]]
+    if missing:
+        lines.append('')
+        lines.append('Missing: %s. Install the NVIDIA driver (libcuda.so.1) and CUDA 12 or 13 '
+                     '(libnvrtc, libcublas), e.g. pip install nvidia-cuda-nvrtc-cu12 '
+                     'nvidia-cublas-cu12, or point LD_LIBRARY_PATH at them.' % ', '.join(missing))
+        lines.append('Searched: %s' % ', '.join(folders))
+    return '\n'.join(lines) + '\n', missing
+
+
+def configurations(device):
+    """{key: (THEANO_FLAGS, what it is compared with, tolerances)}."""
+    names = ['dev%d->%s' % (i, device) for i in range(4)]
+
+    def contexts(n):
+        return 'contexts=' + ';'.join(names[:n])
+    return {
+        'cpu': ('device=cpu', None, None),
+        'one': (contexts(1), 'cpu', (CPU_RTOL, CPU_ATOL)),
+        'batch 2': (contexts(2), 'one', (RTOL, ATOL)),
+        'batch 2 master-only': (contexts(2) + ',multigpu.shard=False', 'one', (RTOL, ATOL)),
+        'batch 4': (contexts(4), 'one', (RTOL, ATOL)),
+        'batch 4 master-only': (contexts(4) + ',multigpu.shard=False', 'one', (RTOL, ATOL)),
+        'layer 2': (contexts(2) + ',multigpu.mode=layer', 'one', (RTOL, ATOL)),
+    }
+
+
+def compared_keys(results, names):
+    return sorted(k for k in results if k.split('/', 1)[0] in names
+                  and (k.rsplit('/', 1)[1].startswith('w')
+                       or k.rsplit('/', 1)[1] in ('loss', 'pred', 'eval')))
+
+
+def largest_difference(mine, theirs, keys, rtol, atol):
+    """(the largest |a - b| / (atol + rtol |b|) over ``keys``, the key):
+    1 or less is within the tolerance."""
+    import numpy as np
+    worst, where = 0.0, None
+    for key in keys:
+        a, b = np.asarray(mine[key], 'float64'), np.asarray(theirs[key], 'float64')
+        if a.shape != b.shape:
+            return float('inf'), key
+        ratio = float(np.max(np.abs(a - b) / (atol + rtol * np.abs(b)))) if a.size else 0.0
+        if not ratio <= worst:   # NaN counts as the worst
+            worst, where = ratio, key
+    return worst, where
+
+
+def train(outdir, key, flags, models, deadline):
+    """Run train_models.py for one configuration, in a folder and a
+    compile cache of its own (children side by side do not wait on each
+    other's compile lock); its results, or the reason it failed."""
+    import numpy as np
+    home = os.path.join(outdir, key.replace(' ', '_'))
+    os.makedirs(home, exist_ok=True)
+    flags = ','.join([COMPILE_FLAGS, flags, 'base_compiledir=' + os.path.join(home, 'theano')])
+    out = os.path.join(home, 'out.npz')
+    start = time.time()
+    with open(os.path.join(home, 'log.txt'), 'w') as log:
+        try:
+            code = subprocess.run([PYTHON, CHILD, out, str(STEPS), str(BATCH)] + list(models),
+                                  env=child_env(home, flags), cwd=home, stdout=log,
+                                  stderr=subprocess.STDOUT,
+                                  timeout=max(10, deadline - time.time())).returncode
+        except subprocess.TimeoutExpired:
+            return {'error': 'past the deadline (see %s/log.txt)' % home}
+    seconds = time.time() - start
+    if code != 0 or not os.path.exists(out):
+        with open(os.path.join(home, 'log.txt')) as log:
+            return {'error': 'exited %d: %s' % (code, log.read()[-1500:]), 'seconds': seconds}
+    return {'results': dict(np.load(out)), 'seconds': seconds}
+
+
+def check_equivalence(outdir, device, models, deadline, parallel):
+    configs = configurations(device)
+    jobs = dict((key, (flags, PARITY_MODELS if key == 'cpu' else models))
+                for key, (flags, _, _) in configs.items())
+    with ThreadPoolExecutor(parallel) as pool:
+        futures = dict((key, pool.submit(train, outdir, key, flags, names, deadline))
+                       for key, (flags, names) in jobs.items())
+        runs = dict((key, future.result()) for key, future in futures.items())
+    figures = {}
+    for key, (flags, reference, tolerance) in configs.items():
+        run = runs[key]
+        figure = {'flags': flags, 'seconds': round(run.get('seconds', 0), 1)}
+        if reference is not None:
+            figure['compared_with'] = reference
+            if 'error' in run or 'error' in runs[reference]:
+                figure['error'] = run.get('error') or 'its reference failed'
+                figure['holds'] = False
+            else:
+                names = PARITY_MODELS if reference == 'cpu' else models
+                keys = compared_keys(runs[reference]['results'], names)
+                worst, where = largest_difference(run['results'], runs[reference]['results'],
+                                                  keys, *tolerance)
+                misplaced = [str(m) for k, v in run['results'].items()
+                             if k.endswith('/misplaced') for m in v]
+                figure.update(compared=len(keys), worst=worst, worst_at=where,
+                              rtol=tolerance[0], atol=tolerance[1], misplaced=misplaced,
+                              holds=bool(keys) and worst <= 1 and not misplaced)
+        elif 'error' in run:
+            figure['error'] = run['error']
+        figures[key] = figure
+        print('  %-20s %s' % (key, _describe(figure)), flush=True)
+    return figures
+
+
+def _describe(figure):
+    if 'error' in figure:
+        return 'FAILED: ' + figure['error'].strip().splitlines()[-1][:200]
+    if 'compared_with' not in figure:
+        return 'ran (%.0f s)' % figure['seconds']
+    return ('%s: %d arrays against %s, largest difference %.3g of the tolerance%s (%.0f s)'
+            % ('holds' if figure['holds'] else 'DIFFERS', figure['compared'],
+               figure['compared_with'], figure['worst'],
+               '' if not figure['misplaced'] else ', misplaced: %s' % figure['misplaced'],
+               figure['seconds']))
+
+
+def measure_steps(outdir, device, rounds, models=('mlp', 'cnn')):
+    """Step seconds (median) at 1, 2 and 4 names, sharded batch-wise, and
+    one step's traffic, per model, the workers asked in turn."""
+    from one_context import Worker
+    names = ['dev%d->%s' % (i, device) for i in range(4)]
+    figures = {}
+    for model in models:
+        workers = {}
+        try:
+            for n in (1, 2, 4):
+                home = os.path.join(outdir, 'steps', '%s_%d' % (model, n))
+                os.makedirs(home, exist_ok=True)
+                flags = ','.join([COMPILE_FLAGS, 'contexts=' + ';'.join(names[:n]),
+                                  'base_compiledir=' + os.path.join(outdir, 'steps', 'theano')])
+                workers[n] = Worker(home, 'theano_multigpu', flags, None)
+                workers[n].ask({'build': model})
+            traffic = dict((n, workers[n].ask({'traffic': model})) for n in (2, 4))
+            times = dict((n, []) for n in workers)
+            order = list(workers)
+            for r in range(rounds):
+                shift = r % len(order)
+                for n in order[shift:] + order[:shift]:
+                    times[n] += workers[n].ask({'time': model, 'steps': 1})['times']
+        finally:
+            for worker in workers.values():
+                worker.close()
+        step = dict((n, median(t)) for n, t in times.items())
+        figures[model] = {
+            'step_seconds': step,
+            'over_one_context': dict((n, step[n] / step[1]) for n in step),
+            'traffic': traffic,
+        }
+        print('  %-4s step %s; bytes per step, busiest context: %s' % (
+            model, ', '.join('%d: %.2f ms' % (n, 1e3 * s) for n, s in sorted(step.items())),
+            ', '.join('%d: %d' % (n, max(max(t['sent'].values()), max(t['received'].values())))
+                      for n, t in sorted(traffic.items()))), flush=True)
+    return figures
+
+
+def write_summary(outdir, summary):
+    with open(os.path.join(outdir, 'summary.json'), 'w') as f:
+        json.dump(summary, f, indent=1, sort_keys=True, default=str)
+    lines = ['# GPU check on %s' % summary['device'], '',
+             '| configuration | compared with | arrays | largest difference / tolerance | '
+             'holds | seconds |', '|---|---|---|---|---|---|']
+    for key, figure in summary['equivalence'].items():
+        if 'compared_with' in figure and 'error' not in figure:
+            lines.append('| %s | %s | %d | %.3g | %s | %.0f |' % (
+                key, figure['compared_with'], figure['compared'], figure['worst'],
+                'yes' if figure['holds'] else 'NO', figure['seconds']))
+        else:
+            lines.append('| %s | %s | | %s | %s | %.0f |' % (
+                key, figure.get('compared_with', ''), figure.get('error', 'reference')[:80],
+                'NO' if 'error' in figure else '', figure['seconds']))
+    for model, figure in summary.get('steps', {}).items():
+        lines += ['', '%s: step time over one context: %s; busiest context\'s bytes per step '
+                  '(sent or received): %s' % (
+                      model, ', '.join('%s: %.3f' % kv for kv in sorted(
+                          figure['over_one_context'].items())),
+                      ', '.join('%s: %d' % (n, max(max(t['sent'].values()),
+                                                   max(t['received'].values())))
+                                for n, t in sorted(figure['traffic'].items())))]
+    lines += ['', 'Total: %.0f s.' % summary['seconds']]
+    with open(os.path.join(outdir, 'summary.md'), 'w') as f:
+        f.write('\n'.join(lines) + '\n')
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('outdir')
+    parser.add_argument('--device', default=os.environ.get('GPU_CHECK_DEVICE', 'cuda0'))
+    parser.add_argument('--models', default='mlp,cnn,lstm,cnn_bn')
+    parser.add_argument('--rounds', type=int, default=20)
+    parser.add_argument('--minutes', type=float, default=7.5,
+                        help='the deadline of the equivalence runs and the step times')
+    args = parser.parse_args(argv)
+    start = time.time()
+    deadline = start + 60 * args.minutes
+    outdir = os.path.abspath(args.outdir)
+    os.makedirs(outdir, exist_ok=True)
+    summary = {'device': args.device, 'models': args.models.split(',')}
+    if args.device.startswith('cuda'):
+        folders = library_folders()
+        found = find_cuda_libraries(folders)
+        text, missing = cuda_report(found, folders)
+        with open(os.path.join(outdir, 'libraries.txt'), 'w') as f:
+            f.write(text)
+        print(text, end='')
+        if missing:
+            return 2
+        os.environ['LD_LIBRARY_PATH'] = ':'.join(
+            p for p in [link_cuda_libraries(found, os.path.join(outdir, 'cuda-libs')),
+                        os.environ.get('LD_LIBRARY_PATH', '')] if p)
+    info = subprocess.run([PYTHON, '-m', 'theano_multigpu', 'info'], capture_output=True,
+                          text=True, env=child_env(outdir, COMPILE_FLAGS + ',contexts=dev0->'
+                                                   + args.device), timeout=300)
+    with open(os.path.join(outdir, 'info.txt'), 'w') as f:
+        f.write(info.stdout + info.stderr)
+    print(info.stdout, end='', flush=True)
+    if info.returncode != 0:
+        print(info.stderr[-3000:])
+        return 2
+    print('Equivalence (train_models.py, %d steps at batch %d):' % (STEPS, BATCH), flush=True)
+    parallel = max(1, min(len(configurations(args.device)), (os.cpu_count() or 2) // 2))
+    summary['equivalence'] = check_equivalence(outdir, args.device, summary['models'],
+                                               deadline, parallel)
+    print('Step times (benchmarks/models.py, size bench, %d rounds):' % args.rounds, flush=True)
+    try:
+        summary['steps'] = measure_steps(outdir, args.device, args.rounds)
+    except Exception as error:   # the figures above stand; say why these are missing
+        summary['steps_error'] = '%s: %s' % (type(error).__name__, error)
+        print('  FAILED: ' + summary['steps_error'][-1500:])
+    summary['seconds'] = time.time() - start
+    write_summary(outdir, summary)
+    print('Written to %s (summary.md, summary.json) in %.0f s.' % (outdir, summary['seconds']))
+    holds = all(f.get('holds', 'error' not in f) for f in summary['equivalence'].values())
+    return 0 if holds and 'steps_error' not in summary else 1
+
+
+if __name__ == '__main__':
+    sys.exit(main())
