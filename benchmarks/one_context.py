@@ -49,8 +49,18 @@ class Worker(object):
                                         stderr=self.log, text=True)
 
     def ask(self, request):
+        """The answer to ``request``."""
+        self.send(request)
+        return self.answer()
+
+    def send(self, request):
+        """Hand ``request`` over; ``answer`` waits for what it gives (two
+        workers sent requests in turn work side by side)."""
         self.process.stdin.write(json.dumps(request) + '\n')
         self.process.stdin.flush()
+
+    def answer(self):
+        """The answer to the request sent last."""
         line = self.process.stdout.readline()
         if not line:
             self.log.flush()

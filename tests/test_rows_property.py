@@ -50,7 +50,9 @@ def workers(tmp_path_factory):
 @given(layers=st.lists(st.sampled_from(sorted(LAYERS)), min_size=1, max_size=4))
 def test_two_contexts_equal_one_or_refuse_where_rows_meet(workers, layers):
     request = {'layers': layers, 'steps': STEPS}
-    one, two = workers[1].ask(request), workers[2].ask(request)
+    for worker in workers.values():   # both at once, on a core each
+        worker.send(request)
+    one, two = workers[1].answer(), workers[2].answer()
     assert 'refused' not in one, one   # one context computes anything
     assert np.all(np.isfinite(one['losses'])), (layers, one['losses'])
     meets = [name for name in layers if name in ROWS_MEET]

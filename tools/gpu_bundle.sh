@@ -23,9 +23,10 @@ DEBS="python3.11 python3.11-minimal libpython3.11 libpython3.11-minimal libpytho
 WHEELS="numpy h5py pyyaml six cython"
 SOURCE_ONLY="theano keras"   # sdists on PyPI: built into wheels here
 
-pinned() {   # the version constraints.txt pins for package $1
+pinned() {   # the version requirements.txt or constraints.txt pins for package $1
   local line
-  line=$(grep -i -m1 "^$1==" constraints.txt) || { echo "$1 is not pinned in constraints.txt" >&2; exit 1; }
+  line=$(grep -ih "^$1==" requirements.txt constraints.txt | head -1)
+  [ -n "$line" ] || { echo "$1 is not pinned in requirements.txt or constraints.txt" >&2; exit 1; }
   echo "$line"
 }
 
