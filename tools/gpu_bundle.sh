@@ -8,7 +8,8 @@
 #   debs/     Debian's python3.11 (with its headers, for Theano's C code),
 #             python3-pygpu, libgpuarray3 and libgpuarray-dev
 #   wheels/   cp311 wheels of the pinned packages the check imports (numpy,
-#             h5py, pyyaml, six, cython, Theano, Keras) and of this project;
+#             h5py, pyyaml, six, cython, mako and markupsafe for pygpu, Theano,
+#             Keras) and of this project;
 #             not scipy (36 MB: Theano and Keras import without it), nor the
 #             MPI, test and lint tools
 #   project/  this repository's committed files (git archive HEAD)
@@ -20,7 +21,7 @@ OUT=${1:-dist/gpu-bundle}
 LIMIT_MIB=64
 DEBS="python3.11 python3.11-minimal libpython3.11 libpython3.11-minimal libpython3.11-stdlib
       libpython3.11-dev python3-pygpu libgpuarray3 libgpuarray-dev"
-WHEELS="numpy h5py pyyaml six cython"
+WHEELS="numpy h5py pyyaml six cython mako markupsafe"
 SOURCE_ONLY="theano keras"   # sdists on PyPI: built into wheels here
 
 pinned() {   # the version requirements.txt or constraints.txt pins for package $1
