@@ -5,7 +5,8 @@
 #   tools/gpu_bundle.sh [OUT]        (default dist/gpu-bundle)
 #
 # Built here, where Debian's archive and PyPI are reachable:
-#   debs/     Debian's python3.11 (with its headers, for Theano's C code),
+#   debs/     Debian's python3.11 (with its headers, for Theano's C code, and
+#             distutils and pkg_resources, which Theano and Keras import),
 #             python3-pygpu, libgpuarray3 and libgpuarray-dev
 #   wheels/   cp311 wheels of the pinned packages the check imports (numpy,
 #             h5py, pyyaml, six, cython, mako and markupsafe for pygpu, Theano,
@@ -20,7 +21,7 @@ cd "$(dirname "$0")/.."
 OUT=${1:-dist/gpu-bundle}
 LIMIT_MIB=64
 DEBS="python3.11 python3.11-minimal libpython3.11 libpython3.11-minimal libpython3.11-stdlib
-      libpython3.11-dev python3-pygpu libgpuarray3 libgpuarray-dev"
+      libpython3.11-dev python3-distutils python3-lib2to3 python3-pkg-resources python3-pygpu libgpuarray3 libgpuarray-dev"
 WHEELS="numpy h5py pyyaml six cython mako markupsafe"
 SOURCE_ONLY="theano keras"   # sdists on PyPI: built into wheels here
 

@@ -60,19 +60,21 @@ CUDA_LIBRARIES = [
 ]
 
 
-def library_folders(environ=os.environ, roots=('/',)):
+def library_folders(environ=os.environ, roots=('/',), loader_cache=True):
     """Folders that may hold the CUDA libraries, in the order searched:
-    LD_LIBRARY_PATH, the dynamic loader's cache, the usual system and CUDA
-    toolkit folders, WSL's, and the lib folders of pip's nvidia packages in
-    every site-packages found (system, /usr/local, users', virtual
-    environments under /opt and the home folders)."""
+    LD_LIBRARY_PATH, the dynamic loader's cache (ldconfig -p), the usual
+    system and CUDA toolkit folders, WSL's, and the lib folders of pip's
+    nvidia packages in every site-packages found (system, /usr/local,
+    users', virtual environments under /opt and the home folders), each
+    under ``roots``."""
     folders = [f for f in environ.get('LD_LIBRARY_PATH', '').split(':') if f]
-    try:
-        cache = subprocess.run(['ldconfig', '-p'], capture_output=True, text=True,
-                               timeout=30).stdout
-        folders += [os.path.dirname(p) for p in re.findall(r'=> (\S+)', cache)]
-    except (OSError, subprocess.SubprocessError):
-        pass
+    if loader_cache:
+        try:
+            cache = subprocess.run(['ldconfig', '-p'], capture_output=True, text=True,
+                                   timeout=30).stdout
+            folders += [os.path.dirname(p) for p in re.findall(r'=> (\S+)', cache)]
+        except (OSError, subprocess.SubprocessError):
+            pass
     for root in roots:
         def under(*pattern):
             return sorted(glob.glob(os.path.join(root, *pattern)), reverse=True)
