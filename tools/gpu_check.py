@@ -40,6 +40,8 @@ from harness import PYTHON, child_env, median  # noqa: E402
 
 CHILD = os.path.join(REPO, 'tests', 'children', 'train_models.py')
 STEPS, BATCH = 5, 10
+# The share of --minutes kept for the step times.
+STEPS_SHARE = 0.25
 # One context against the CPU (the kernels sum in other orders), several
 # contexts against one (the tests' tolerances).
 CPU_RTOL, CPU_ATOL = 1e-3, 1e-4
@@ -185,14 +187,16 @@ def largest_difference(mine, theirs, keys, rtol, atol):
     return worst, where
 
 
-def train(outdir, key, flags, models, deadline):
-    """Run train_models.py for one configuration, in a folder and a
-    compile cache of its own (children side by side do not wait on each
-    other's compile lock); its results, or the reason it failed."""
+def train(outdir, key, flags, models, deadline, own_cache):
+    """Run train_models.py for one configuration, in a folder of its own,
+    with a compile cache of its own where children run side by side
+    (``own_cache``: none waits on another's compile lock); its results, or
+    the reason it failed."""
     import numpy as np
     home = os.path.join(outdir, key.replace(' ', '_'))
     os.makedirs(home, exist_ok=True)
-    flags = ','.join([COMPILE_FLAGS, flags, 'base_compiledir=' + os.path.join(home, 'theano')])
+    cache = os.path.join(home if own_cache else outdir, 'theano')
+    flags = ','.join([COMPILE_FLAGS, flags, 'base_compiledir=' + cache])
     out = os.path.join(home, 'out.npz')
     start = time.time()
     with open(os.path.join(home, 'log.txt'), 'w') as log:
@@ -215,7 +219,8 @@ def check_equivalence(outdir, device, models, deadline, parallel):
     jobs = dict((key, (flags, PARITY_MODELS if key == 'cpu' else models))
                 for key, (flags, _, _) in configs.items())
     with ThreadPoolExecutor(parallel) as pool:
-        futures = dict((key, pool.submit(train, outdir, key, flags, names, deadline))
+        futures = dict((key, pool.submit(train, outdir, key, flags, names, deadline,
+                                         parallel > 1))
                        for key, (flags, names) in jobs.items())
         runs = dict((key, future.result()) for key, future in futures.items())
     figures = {}
@@ -256,9 +261,10 @@ def _describe(figure):
                figure['seconds']))
 
 
-def measure_steps(outdir, device, rounds, models=('mlp', 'cnn')):
+def measure_steps(outdir, device, rounds, cache, models=('mlp', 'cnn')):
     """Step seconds (median) at 1, 2 and 4 names, sharded batch-wise, and
-    one step's traffic, per model, the workers asked in turn."""
+    one step's traffic, per model, the workers asked in turn (``cache``:
+    the compile cache)."""
     from one_context import Worker
     names = ['dev%d->%s' % (i, device) for i in range(4)]
     figures = {}
@@ -269,7 +275,7 @@ def measure_steps(outdir, device, rounds, models=('mlp', 'cnn')):
                 home = os.path.join(outdir, 'steps', '%s_%d' % (model, n))
                 os.makedirs(home, exist_ok=True)
                 flags = ','.join([COMPILE_FLAGS, 'contexts=' + ';'.join(names[:n]),
-                                  'base_compiledir=' + os.path.join(outdir, 'steps', 'theano')])
+                                  'base_compiledir=' + cache])
                 workers[n] = Worker(home, 'theano_multigpu', flags, None)
                 workers[n].ask({'build': model})
             traffic = dict((n, workers[n].ask({'traffic': model})) for n in (2, 4))
@@ -361,10 +367,13 @@ def main(argv=None):
     print('Equivalence (train_models.py, %d steps at batch %d):' % (STEPS, BATCH), flush=True)
     parallel = max(1, min(len(configurations(args.device)), (os.cpu_count() or 2) // 2))
     summary['equivalence'] = check_equivalence(outdir, args.device, summary['models'],
-                                               deadline, parallel)
+                                               deadline - STEPS_SHARE * 60 * args.minutes,
+                                               parallel)
     print('Step times (benchmarks/models.py, size bench, %d rounds):' % args.rounds, flush=True)
     try:
-        summary['steps'] = measure_steps(outdir, args.device, args.rounds)
+        # The compile cache of the run on 4 names, which built most of it.
+        cache = os.path.join(outdir, 'batch_4' if parallel > 1 else '', 'theano')
+        summary['steps'] = measure_steps(outdir, args.device, args.rounds, cache)
     except Exception as error:   # the figures above stand; say why these are missing
         summary['steps_error'] = '%s: %s' % (type(error).__name__, error)
         print('  FAILED: ' + summary['steps_error'][-1500:])
