@@ -46,6 +46,7 @@ STEPS_SHARE = 0.25
 # contexts against one (the tests' tolerances).
 CPU_RTOL, CPU_ATOL = 1e-3, 1e-4
 RTOL, ATOL = 1e-4, 1e-6
+# Those of --models that one context is compared with the CPU on.
 PARITY_MODELS = ('mlp', 'cnn', 'lstm')
 # Theano's C code compiled without optimisation: compiling dominates.  From
 # a bundle, gpu_check.sh adds its header and library folders.
@@ -178,6 +179,8 @@ def largest_difference(mine, theirs, keys, rtol, atol):
     import numpy as np
     worst, where = 0.0, None
     for key in keys:
+        if key not in mine:
+            return float('inf'), key
         a, b = np.asarray(mine[key], 'float64'), np.asarray(theirs[key], 'float64')
         if a.shape != b.shape:
             return float('inf'), key
@@ -216,7 +219,8 @@ def train(outdir, key, flags, models, deadline, own_cache):
 
 def check_equivalence(outdir, device, models, deadline, parallel):
     configs = configurations(device)
-    jobs = dict((key, (flags, PARITY_MODELS if key == 'cpu' else models))
+    on_cpu = [name for name in models if name in PARITY_MODELS] or models[:1]
+    jobs = dict((key, (flags, on_cpu if key == 'cpu' else models))
                 for key, (flags, _, _) in configs.items())
     with ThreadPoolExecutor(parallel) as pool:
         futures = dict((key, pool.submit(train, outdir, key, flags, names, deadline,
@@ -233,8 +237,7 @@ def check_equivalence(outdir, device, models, deadline, parallel):
                 figure['error'] = run.get('error') or 'its reference failed'
                 figure['holds'] = False
             else:
-                names = PARITY_MODELS if reference == 'cpu' else models
-                keys = compared_keys(runs[reference]['results'], names)
+                keys = compared_keys(runs[reference]['results'], jobs[reference][1])
                 worst, where = largest_difference(run['results'], runs[reference]['results'],
                                                   keys, *tolerance)
                 misplaced = [str(m) for k, v in run['results'].items()
