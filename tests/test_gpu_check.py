@@ -32,26 +32,38 @@ def test_cuda_libraries_are_found_newest_first_in_pip_packages_and_linked(tmp_pa
     nvrtc13 = _touch(tmp_path, *site, 'cu13', 'lib', 'libnvrtc.so.13')
     cublas = _touch(tmp_path, 'home', 'me', '.local', 'lib', 'python3.12', 'site-packages',
                     'nvidia', 'cublas', 'lib', 'libcublas.so.12')
+    cublas13 = _touch(tmp_path, *site, 'cu13', 'lib', 'libcublas.so.13')
     folders = gpu_check.library_folders({}, roots=(str(tmp_path),), loader_cache=False)
-    found = gpu_check.find_cuda_libraries(folders)
-    assert found == {'CUDA driver': driver, 'NVRTC': nvrtc13, 'cuBLAS': cublas}
-    text, missing = gpu_check.cuda_report(found, folders)
+    # A driver of unknown version (this fake one): the newest CUDA with both.
+    found, version = gpu_check.find_cuda_libraries(folders)
+    assert found == {'CUDA driver': driver, 'NVRTC': nvrtc13, 'cuBLAS': cublas13}
+    text, missing = gpu_check.cuda_report(found, folders, version)
     assert missing == [] and 'MISSING' not in text
-    path = gpu_check.link_cuda_libraries(found, str(tmp_path / 'links'))
+    beside = gpu_check.link_cuda_libraries(found, str(tmp_path / 'links'))
     for opened, target in (('libcuda.so', driver), ('libnvrtc.so', nvrtc13),
-                           ('libcublas.so', cublas)):
+                           ('libcublas.so', cublas13)):
         assert os.path.realpath(str(tmp_path / 'links' / opened)) == target
     # NVRTC finds its builtins, cuBLAS its cublasLt, beside themselves.
-    assert path.split(':') == [str(tmp_path / 'links'), os.path.dirname(driver),
-                               os.path.dirname(nvrtc13), os.path.dirname(cublas)]
+    assert beside == [os.path.dirname(driver), os.path.dirname(nvrtc13)]
+    # A driver that runs CUDA 12.4 at most: NVRTC and cuBLAS of CUDA 12,
+    # though from two packages.
+    found, _ = gpu_check.find_cuda_libraries(folders, driver_version=12040)
+    assert found['NVRTC'].endswith('cuda_nvrtc/lib/libnvrtc.so.12') and found['cuBLAS'] == cublas
+    # What the user's LD_LIBRARY_PATH holds comes first.
+    mine = os.path.dirname(_touch(tmp_path, 'mine', 'libnvrtc.so.12'))
+    _touch(tmp_path, 'mine', 'libcublas.so.12')
+    folders = gpu_check.library_folders({'LD_LIBRARY_PATH': mine}, roots=(str(tmp_path),),
+                                        loader_cache=False)
+    found, _ = gpu_check.find_cuda_libraries(folders, [mine])
+    assert found['NVRTC'] == os.path.join(mine, 'libnvrtc.so.12'), found
 
 
 def test_a_missing_cuda_library_is_named_with_where_it_was_looked_for(tmp_path):
     _touch(tmp_path, 'usr', 'local', 'cuda-12.4', 'lib64', 'libnvrtc.so.12')
     _touch(tmp_path, 'usr', 'local', 'cuda-12.4', 'lib64', 'libcublas.so.12')
     folders = gpu_check.library_folders({}, roots=(str(tmp_path),), loader_cache=False)
-    found = gpu_check.find_cuda_libraries(folders)
-    text, missing = gpu_check.cuda_report(found, folders)
+    found, version = gpu_check.find_cuda_libraries(folders)
+    text, missing = gpu_check.cuda_report(found, folders, version)
     assert missing == ['CUDA driver'], text
     assert 'CUDA driver  MISSING: none of libcuda.so.1, libcuda.so' in text
     assert str(tmp_path / 'usr' / 'local' / 'cuda-12.4' / 'lib64') in text
@@ -66,13 +78,15 @@ def _deb(tmp_path, name, files, links=()):
         (tree / path).write_text(text)
     for path, target in links:
         os.symlink(target, str(tree / path))
-    (tree / 'DEBIAN').mkdir()
+    (tree / 'DEBIAN').mkdir(mode=0o755)
+    os.chmod(str(tree / 'DEBIAN'), 0o755)   # dpkg-deb refuses it writable by others
     (tree / 'DEBIAN' / 'control').write_text(
         'Package: %s\nVersion: 1.0\nArchitecture: all\nMaintainer: t <t@t>\n'
         'Description: test\n' % name)
     out = tmp_path / 'bundle' / 'debs' / (name + '.deb')
     out.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run(['dpkg-deb', '--build', '--root-owner-group', str(tree), str(out)],
+    # xz, as Debian's own (Ubuntu's dpkg-deb defaults to zstd)
+    subprocess.run(['dpkg-deb', '--build', '-Zxz', '--root-owner-group', str(tree), str(out)],
                    check=True, capture_output=True)
     return out
 
@@ -95,6 +109,11 @@ def test_a_bundle_unpacks_under_its_root_and_never_over_it(tmp_path):
     assert (root / 'usr' / 'lib' / 'python3' / 'dist-packages' / 'hook.pth').exists()
     assert (root / '.unpacked').read_text().split() == ['python.deb',
                                                         'hook-1.0-py3-none-any.whl']
+    # A package whose link leads out of the root is refused.
+    _deb(tmp_path, 'zz-escape', {'usr/share/f': ''}, links=[('usr/out', '../../outside')])
+    with pytest.raises(ValueError, match='links outside'):
+        bundle_unpack.unpack(str(tmp_path / 'bundle'), str(tmp_path / 'root1'))
+    os.remove(str(tmp_path / 'bundle' / 'debs' / 'zz-escape.deb'))
     # A wheel that would write outside the root is refused.
     with zipfile.ZipFile(str(wheels / 'evil-1.0-py3-none-any.whl'), 'w') as wheel:
         wheel.writestr('../../escaped.py', '')

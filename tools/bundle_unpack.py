@@ -60,6 +60,12 @@ def unpack_deb(path, root):
                 member.linkname = os.path.relpath(
                     os.path.join(root, member.linkname.lstrip('/')),
                     os.path.dirname(os.path.join(root, member.name)))
+            if member.issym() and not _inside(
+                    root, os.path.join(os.path.dirname(member.name), member.linkname)):
+                raise ValueError('%s links outside %s: %s -> %s'
+                                 % (path, root, member.name, member.linkname))
+            if member.islnk() and not _inside(root, member.linkname.lstrip('/')):
+                raise ValueError('%s links outside %s: %s' % (path, root, member.linkname))
         if hasattr(tarfile, 'fully_trusted_filter'):   # Python 3.12 and later
             tar.extractall(root, filter='fully_trusted')   # checked above
         else:

@@ -57,11 +57,13 @@ for pkg in $WHEELS; do specs="$specs $(pinned "$pkg")"; done
 specs=""
 for pkg in $SOURCE_ONLY; do specs="$specs $(pinned "$pkg")"; done
 .venv/bin/pip wheel -q --disable-pip-version-check --no-deps -w "$OUT/wheels" $specs
-rm -rf build
-.venv/bin/pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation -w "$OUT/wheels" .
-rm -rf build theano_multigpu.egg-info
-
+# The project's wheel from the same commit as project/ (not the working tree).
 git archive HEAD | tar -x -C "$OUT/project"
+staging=$(mktemp -d)
+cp -r "$OUT/project/." "$staging"
+.venv/bin/pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation \
+  -w "$OUT/wheels" "$staging"
+rm -rf "$staging"
 # Figures and plots are not needed there.
 rm -f "$OUT"/project/benchmarks/*.png
 

@@ -31,6 +31,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -53,31 +54,42 @@ PARITY_MODELS = ('mlp', 'cnn', 'lstm')
 COMPILE_FLAGS = 'gcc.cxxflags=%s,dnn.enabled=False' % ' '.join(
     ['-O0', '-g0'] + os.environ.get('GPU_CHECK_CXXFLAGS', '').split())
 
-# (what, the name libgpuarray 0.7.6 opens, file names that serve, best first)
-CUDA_LIBRARIES = [
-    ('CUDA driver', 'libcuda.so', ['libcuda.so.1', 'libcuda.so']),
-    ('NVRTC', 'libnvrtc.so', ['libnvrtc.so.13', 'libnvrtc.so.12', 'libnvrtc.so.11.2',
-                              'libnvrtc.so']),
-    ('cuBLAS', 'libcublas.so', ['libcublas.so.13', 'libcublas.so.12', 'libcublas.so.11',
-                                'libcublas.so']),
-]
+# (what, the name libgpuarray 0.7.6 opens); the CUDA versions tried, newest first.
+CUDA_LIBRARIES = [('CUDA driver', 'libcuda.so'), ('NVRTC', 'libnvrtc.so'),
+                  ('cuBLAS', 'libcublas.so')]
+CUDA_MAJORS = (13, 12, 11)
+# The file names that serve, CUDA's major version (None: unknown) with each.
+_DRIVER_NAMES = [('libcuda.so.1', None), ('libcuda.so', None)]
+
+
+def _toolkit_names(opened):
+    names = [('%s.%d' % (opened, major) + ('.2' if opened == 'libnvrtc.so' and major == 11
+                                           else ''), major) for major in CUDA_MAJORS]
+    return names + [(opened, None)]
 
 
 def library_folders(environ=os.environ, roots=('/',), loader_cache=True):
     """Folders that may hold the CUDA libraries, in the order searched:
-    LD_LIBRARY_PATH, the dynamic loader's cache (ldconfig -p), the usual
-    system and CUDA toolkit folders, WSL's, and the lib folders of pip's
-    nvidia packages in every site-packages found (system, /usr/local,
-    users', virtual environments under /opt and the home folders), each
+    LD_LIBRARY_PATH, the dynamic loader's cache (ldconfig -p, 64-bit
+    entries), the usual system and CUDA toolkit folders, WSL's, and the lib
+    folders of pip's nvidia packages in every site-packages found (those
+    GPU_CHECK_SITES names, which gpu_check.sh asks the machine's python3
+    for, VIRTUAL_ENV's, and the system's, /usr/local's, users' and virtual
+    environments' under /opt, /root, /workspace and the home folders), each
     under ``roots``."""
     folders = [f for f in environ.get('LD_LIBRARY_PATH', '').split(':') if f]
     if loader_cache:
         try:
             cache = subprocess.run(['ldconfig', '-p'], capture_output=True, text=True,
                                    timeout=30).stdout
-            folders += [os.path.dirname(p) for p in re.findall(r'=> (\S+)', cache)]
+            folders += [os.path.dirname(p) for p in re.findall(r'\(libc6,x86-64[^)]*\) => (\S+)',
+                                                               cache)]
         except (OSError, subprocess.SubprocessError):
             pass
+    sites = [f for f in environ.get('GPU_CHECK_SITES', '').split(':') if f]
+    if environ.get('VIRTUAL_ENV'):
+        sites += glob.glob(os.path.join(environ['VIRTUAL_ENV'], 'lib', 'python3*',
+                                        'site-packages'))
     for root in roots:
         def under(*pattern):
             return sorted(glob.glob(os.path.join(root, *pattern)), reverse=True)
@@ -86,14 +98,15 @@ def library_folders(environ=os.environ, roots=('/',), loader_cache=True):
         for cuda in under('usr', 'local', 'cuda*') + under('opt', 'cuda*'):
             folders += [os.path.join(cuda, 'lib64'),
                         os.path.join(cuda, 'targets', 'x86_64-linux', 'lib')]
-        sites = []
         for base in (('usr', 'lib'), ('usr', 'local', 'lib'), ('root', '.local', 'lib'),
                      ('home', '*', '.local', 'lib'), ('opt', '*', 'lib'),
-                     ('opt', '*', '*', 'lib'), ('home', '*', '*', 'lib')):
+                     ('opt', '*', '*', 'lib'), ('root', '*', 'lib'), ('root', '*', '*', 'lib'),
+                     ('workspace', '*', 'lib'), ('workspace', '*', '*', 'lib'),
+                     ('home', '*', '*', 'lib'), ('home', '*', '*', '*', 'lib')):
             for packages in ('site-packages', 'dist-packages'):
                 sites += under(*(base + ('python3*', packages)))
-        for site in sites:
-            folders += under(site[len(root):].lstrip('/'), 'nvidia', '*', 'lib')
+    for site in sites:
+        folders += sorted(glob.glob(os.path.join(site, 'nvidia', '*', 'lib')), reverse=True)
     seen, ordered = set(), []
     for folder in folders:
         if folder not in seen and os.path.isdir(folder):
@@ -102,44 +115,78 @@ def library_folders(environ=os.environ, roots=('/',), loader_cache=True):
     return ordered
 
 
-def find_cuda_libraries(folders):
-    """{what: path or None}: for each library, the first folder's file of
-    the best name (the newest CUDA first)."""
-    found = {}
-    for what, _, names in CUDA_LIBRARIES:
-        found[what] = None
-        for name in names:
-            hits = [os.path.join(f, name) for f in folders if os.path.exists(os.path.join(f, name))]
-            if hits:
-                found[what] = hits[0]
-                break
-    return found
+def driver_cuda_version(path):
+    """The CUDA version the driver at ``path`` supports (12040 for 12.4),
+    or None where it cannot tell."""
+    import ctypes
+    try:
+        version = ctypes.c_int()
+        if ctypes.CDLL(path).cuDriverGetVersion(ctypes.byref(version)) == 0:
+            return version.value
+    except (OSError, AttributeError):
+        pass
+    return None
+
+
+def _first(folders, names):
+    """(path, major) of the first name, in the first folder, that exists."""
+    for name, major in names:
+        for folder in folders:
+            if os.path.exists(os.path.join(folder, name)):
+                return os.path.join(folder, name), major
+    return None, None
+
+
+def find_cuda_libraries(folders, first=(), driver_version=None):
+    """{what: path or None}, and the driver's CUDA version.  The driver
+    first; then NVRTC and cuBLAS of one CUDA version, the newest the driver
+    runs (``driver_version``, or what the driver found says), found in
+    ``first`` (the user's LD_LIBRARY_PATH) before the other folders; where
+    no version has both, each the best there is."""
+    found = {'CUDA driver': _first(folders, _DRIVER_NAMES)[0]}
+    if driver_version is None and found['CUDA driver']:
+        driver_version = driver_cuda_version(found['CUDA driver'])
+    runs = [m for m in CUDA_MAJORS if driver_version is None or m * 1000 <= driver_version]
+    for searched in ([f for f in first if f in folders], folders):
+        for major in runs:
+            pair = [_first(searched, [n for n in _toolkit_names(opened) if n[1] == major])[0]
+                    for _, opened in CUDA_LIBRARIES[1:]]
+            if all(pair):
+                found.update(zip([what for what, _ in CUDA_LIBRARIES[1:]], pair))
+                return found, driver_version
+    for what, opened in CUDA_LIBRARIES[1:]:
+        names = [n for n in _toolkit_names(opened) if n[1] is None or n[1] in runs]
+        found[what] = _first(folders, names)[0]
+    return found, driver_version
 
 
 def link_cuda_libraries(found, folder):
     """Links, in ``folder``, of the names libgpuarray opens to what was
-    found; the LD_LIBRARY_PATH that serves them (``folder`` and the found
-    libraries' own folders, where NVRTC finds its builtins and cuBLAS its
-    cublasLt)."""
+    found; the found libraries' own folders (where NVRTC finds its
+    builtins and cuBLAS its cublasLt), for LD_LIBRARY_PATH after it."""
     os.makedirs(folder, exist_ok=True)
-    path = [folder]
-    for what, opened, _ in CUDA_LIBRARIES:
+    beside = []
+    for what, opened in CUDA_LIBRARIES:
         link = os.path.join(folder, opened)
         if os.path.lexists(link):
             os.remove(link)
         os.symlink(os.path.realpath(found[what]), link)
-        if os.path.dirname(found[what]) not in path:
-            path.append(os.path.dirname(found[what]))
-    return ':'.join(path)
+        if os.path.dirname(found[what]) not in beside:
+            beside.append(os.path.dirname(found[what]))
+    return beside
 
 
-def cuda_report(found, folders):
+def cuda_report(found, folders, driver_version=None):
     lines = []
-    for what, opened, names in CUDA_LIBRARIES:
+    for what, opened in CUDA_LIBRARIES:
         if found[what]:
             lines.append('%-12s %s (opened as %s)' % (what, found[what], opened))
         else:
-            lines.append('%-12s MISSING: none of %s' % (what, ', '.join(names)))
+            names = _DRIVER_NAMES if what == 'CUDA driver' else _toolkit_names(opened)
+            lines.append('%-12s MISSING: none of %s' % (what, ', '.join(n for n, _ in names)))
+    if driver_version:
+        lines.append('The driver runs CUDA %d.%d and older.'
+                     % (driver_version // 1000, driver_version % 1000 // 10))
     missing = [what for what in found if not found[what]]
     if missing:
         lines.append('')
@@ -185,9 +232,29 @@ def largest_difference(mine, theirs, keys, rtol, atol):
         if a.shape != b.shape:
             return float('inf'), key
         ratio = float(np.max(np.abs(a - b) / (atol + rtol * np.abs(b)))) if a.size else 0.0
-        if not ratio <= worst:   # NaN counts as the worst
+        if not np.isfinite(ratio):   # NaN or infinity, in either run
+            return float('inf'), key
+        if ratio > worst:
             worst, where = ratio, key
     return worst, where
+
+
+def placement_problems(results, key, models):
+    """What the placement check flagged, every context of a batch-wise run
+    computing (its heavy ops, per model), and every layer-wise weight where
+    its layer is: a list of what does not hold."""
+    problems = [str(m) for k, v in results.items() if k.endswith('/misplaced') for m in v]
+    if key.startswith('batch'):
+        n = int(key.split()[1])
+        expected = set(['None'] + ['dev%d' % i for i in range(1, n)])
+        for name in models:
+            missing = expected - set(str(c) for c in results.get(name + '/contexts', []))
+            if missing:
+                problems.append('%s: no heavy op on %s' % (name, ', '.join(sorted(missing))))
+    if key.startswith('layer'):
+        problems += [str(e) for k, v in results.items() if k.endswith('/placement_errors')
+                     for e in v]
+    return problems
 
 
 def train(outdir, key, flags, models, deadline, own_cache):
@@ -240,8 +307,7 @@ def check_equivalence(outdir, device, models, deadline, parallel):
                 keys = compared_keys(runs[reference]['results'], jobs[reference][1])
                 worst, where = largest_difference(run['results'], runs[reference]['results'],
                                                   keys, *tolerance)
-                misplaced = [str(m) for k, v in run['results'].items()
-                             if k.endswith('/misplaced') for m in v]
+                misplaced = placement_problems(run['results'], key, jobs[key][1])
                 figure.update(compared=len(keys), worst=worst, worst_at=where,
                               rtol=tolerance[0], atol=tolerance[1], misplaced=misplaced,
                               holds=bool(keys) and worst <= 1 and not misplaced)
@@ -264,15 +330,19 @@ def _describe(figure):
                figure['seconds']))
 
 
-def measure_steps(outdir, device, rounds, cache, models=('mlp', 'cnn')):
+def measure_steps(outdir, device, rounds, cache, deadline, models=('mlp', 'cnn')):
     """Step seconds (median) at 1, 2 and 4 names, sharded batch-wise, and
     one step's traffic, per model, the workers asked in turn (``cache``:
-    the compile cache)."""
+    the compile cache).  Workers still running at ``deadline`` are stopped
+    (RuntimeError)."""
     from one_context import Worker
     names = ['dev%d->%s' % (i, device) for i in range(4)]
     figures = {}
     for model in models:
         workers = {}
+        timer = threading.Timer(max(1.0, deadline - time.time()),
+                                lambda: [w.process.kill() for w in list(workers.values())])
+        timer.start()
         try:
             for n in (1, 2, 4):
                 home = os.path.join(outdir, 'steps', '%s_%d' % (model, n))
@@ -288,7 +358,12 @@ def measure_steps(outdir, device, rounds, cache, models=('mlp', 'cnn')):
                 shift = r % len(order)
                 for n in order[shift:] + order[:shift]:
                     times[n] += workers[n].ask({'time': model, 'steps': 1})['times']
+        except RuntimeError:
+            if time.time() >= deadline:
+                raise RuntimeError('past the deadline (--minutes), building or timing %s' % model)
+            raise
         finally:
+            timer.cancel()
             for worker in workers.values():
                 worker.close()
         step = dict((n, median(t)) for n, t in times.items())
@@ -339,7 +414,8 @@ def main(argv=None):
     parser.add_argument('--models', default='mlp,cnn,lstm,cnn_bn')
     parser.add_argument('--rounds', type=int, default=20)
     parser.add_argument('--minutes', type=float, default=7.5,
-                        help='the deadline of the equivalence runs and the step times')
+                        help='the deadline: the equivalence runs get the first three '
+                        'quarters, the step times what is left')
     args = parser.parse_args(argv)
     start = time.time()
     deadline = start + 60 * args.minutes
@@ -348,16 +424,19 @@ def main(argv=None):
     summary = {'device': args.device, 'models': args.models.split(',')}
     if args.device.startswith('cuda'):
         folders = library_folders()
-        found = find_cuda_libraries(folders)
-        text, missing = cuda_report(found, folders)
+        users = [f for f in os.environ.get('GPU_CHECK_USER_LIBRARY_PATH', '').split(':') if f]
+        found, driver_version = find_cuda_libraries(folders, users)
+        text, missing = cuda_report(found, folders, driver_version)
         with open(os.path.join(outdir, 'libraries.txt'), 'w') as f:
             f.write(text)
         print(text, end='')
         if missing:
             return 2
+        links = os.path.join(outdir, 'cuda-libs')
+        beside = link_cuda_libraries(found, links)
+        # The links first; the bundle's own libraries before the system's.
         os.environ['LD_LIBRARY_PATH'] = ':'.join(
-            p for p in [link_cuda_libraries(found, os.path.join(outdir, 'cuda-libs')),
-                        os.environ.get('LD_LIBRARY_PATH', '')] if p)
+            p for p in [links, os.environ.get('LD_LIBRARY_PATH', '')] + beside if p)
     info = subprocess.run([PYTHON, '-m', 'theano_multigpu', 'info'], capture_output=True,
                           text=True, env=child_env(outdir, COMPILE_FLAGS + ',contexts=dev0->'
                                                    + args.device), timeout=300)
@@ -372,11 +451,13 @@ def main(argv=None):
     summary['equivalence'] = check_equivalence(outdir, args.device, summary['models'],
                                                deadline - STEPS_SHARE * 60 * args.minutes,
                                                parallel)
+    summary['seconds'] = time.time() - start
+    write_summary(outdir, summary)   # kept should the step times not end
     print('Step times (benchmarks/models.py, size bench, %d rounds):' % args.rounds, flush=True)
     try:
         # The compile cache of the run on 4 names, which built most of it.
         cache = os.path.join(outdir, 'batch_4' if parallel > 1 else '', 'theano')
-        summary['steps'] = measure_steps(outdir, args.device, args.rounds, cache)
+        summary['steps'] = measure_steps(outdir, args.device, args.rounds, cache, deadline)
     except Exception as error:   # the figures above stand; say why these are missing
         summary['steps_error'] = '%s: %s' % (type(error).__name__, error)
         print('  FAILED: ' + summary['steps_error'][-1500:])

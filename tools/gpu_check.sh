@@ -20,6 +20,18 @@ shift
 PROJECT=$(cd "$(dirname "$0")/.." && pwd)
 BUNDLE=$(dirname "$PROJECT")
 DEVICE=${GPU_CHECK_DEVICE:-cuda0}
+case "$BUNDLE$OUTDIR" in
+  *[,\ ]*) echo "Theano's flags cannot carry paths with commas or spaces: move the bundle" \
+                 "and OUTDIR to paths without them" >&2; exit 2 ;;
+esac
+# Where the user points the loader, searched first for NVRTC and cuBLAS;
+# the site-packages of the machine's own Python (pip's nvidia packages).
+export GPU_CHECK_USER_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
+if command -v python3 >/dev/null; then
+  GPU_CHECK_SITES=$(python3 -c 'import site; print(":".join(site.getsitepackages() + [site.getusersitepackages()]))' 2>/dev/null || true)
+  export GPU_CHECK_SITES
+fi
+unset PYTHONHOME PYTHONPATH
 
 command -v g++ >/dev/null || {
   echo "Theano compiles its ops with g++, which this machine lacks: install it" \
@@ -32,7 +44,8 @@ if [ -d "$BUNDLE/debs" ] && [ -d "$BUNDLE/wheels" ]; then
   if [ ! -f "$ROOT/.unpacked" ]; then
     command -v python3 >/dev/null || { echo "python3 is needed to unpack the bundle" >&2; exit 2; }
     rm -rf "$ROOT"
-    python3 "$PROJECT/tools/bundle_unpack.py" "$BUNDLE" "$ROOT"
+    python3 "$PROJECT/tools/bundle_unpack.py" "$BUNDLE" "$ROOT" || {
+      echo "the bundle did not unpack (see above)" >&2; exit 2; }
   fi
   PYTHON="$ROOT/usr/bin/python3.11"
   export LD_LIBRARY_PATH="$ROOT/usr/lib:$ROOT/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -50,6 +63,11 @@ if [ -d "$BUNDLE/debs" ] && [ -d "$BUNDLE/wheels" ]; then
     echo "$missing" >&2
     exit 2
   fi
+  "$PYTHON" -c 'import numpy, pygpu, h5py, yaml, Cython, mako' \
+    >/dev/null 2>"$BUNDLE/import-errors.txt" || {
+    echo "The bundle's Python cannot import its packages:" >&2
+    tail -5 "$BUNDLE/import-errors.txt" >&2
+    exit 2; }
 else
   PYTHON="$PROJECT/.venv/bin/python"
   [ -x "$PYTHON" ] || { echo "no bundle around $PROJECT and no .venv: run make setup" >&2; exit 2; }

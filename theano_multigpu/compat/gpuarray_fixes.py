@@ -103,9 +103,11 @@ def local_softmax_grad_elementwise(node):
 
 
 def _is_metadata(variable):
-    """Constants, and the small integer vectors shapes are made of."""
-    return (isinstance(variable, gof.Constant)
-            or (variable.ndim <= 1 and not variable.dtype.startswith('float')))
+    """Constants, the small integer vectors shapes are made of, and what is
+    no tensor at all (a slice, a random state)."""
+    ndim, dtype = getattr(variable.type, 'ndim', None), getattr(variable.type, 'dtype', None)
+    return (isinstance(variable, gof.Constant) or ndim is None or dtype is None
+            or (ndim <= 1 and not dtype.startswith('float')))
 
 
 # What ``_contexts_of_readers`` finds for a reader of constants and shapes
