@@ -25,6 +25,7 @@ Exits 0 when every comparison holds, 1 when one does not, 2 when the stack
 is incomplete (a library missing).
 """
 import argparse
+import functools
 import glob
 import json
 import os
@@ -197,12 +198,14 @@ def cuda_report(found, folders, driver_version=None):
     return '\n'.join(lines) + '\n', missing
 
 
+def context_names(device, n):
+    """THEANO_FLAGS' contexts of ``n`` names of ``device``."""
+    return 'contexts=' + ';'.join('dev%d->%s' % (i, device) for i in range(n))
+
+
 def configurations(device):
     """{key: (THEANO_FLAGS, what it is compared with, tolerances)}."""
-    names = ['dev%d->%s' % (i, device) for i in range(4)]
-
-    def contexts(n):
-        return 'contexts=' + ';'.join(names[:n])
+    contexts = functools.partial(context_names, device)
     return {
         'cpu': ('device=cpu', None, None),
         'one': (contexts(1), 'cpu', (CPU_RTOL, CPU_ATOL)),
@@ -336,7 +339,6 @@ def measure_steps(outdir, device, rounds, cache, deadline, models=('mlp', 'cnn')
     the compile cache).  Workers still running at ``deadline`` are stopped
     (RuntimeError)."""
     from one_context import Worker
-    names = ['dev%d->%s' % (i, device) for i in range(4)]
     figures = {}
     for model in models:
         workers = {}
@@ -347,7 +349,7 @@ def measure_steps(outdir, device, rounds, cache, deadline, models=('mlp', 'cnn')
             for n in (1, 2, 4):
                 home = os.path.join(outdir, 'steps', '%s_%d' % (model, n))
                 os.makedirs(home, exist_ok=True)
-                flags = ','.join([COMPILE_FLAGS, 'contexts=' + ';'.join(names[:n]),
+                flags = ','.join([COMPILE_FLAGS, context_names(device, n),
                                   'base_compiledir=' + cache])
                 workers[n] = Worker(home, 'theano_multigpu', flags, None)
                 workers[n].ask({'build': model})
@@ -371,11 +373,13 @@ def measure_steps(outdir, device, rounds, cache, deadline, models=('mlp', 'cnn')
             'step_seconds': step,
             'over_one_context': dict((n, step[n] / step[1]) for n in step),
             'traffic': traffic,
+            'busiest_bytes': dict((n, max(max(t['sent'].values()), max(t['received'].values())))
+                                  for n, t in traffic.items()),
         }
         print('  %-4s step %s; bytes per step, busiest context: %s' % (
             model, ', '.join('%d: %.2f ms' % (n, 1e3 * s) for n, s in sorted(step.items())),
-            ', '.join('%d: %d' % (n, max(max(t['sent'].values()), max(t['received'].values())))
-                      for n, t in sorted(traffic.items()))), flush=True)
+            ', '.join('%d: %d' % kv for kv in sorted(figures[model]['busiest_bytes'].items()))),
+            flush=True)
     return figures
 
 
@@ -399,9 +403,7 @@ def write_summary(outdir, summary):
                   '(sent or received): %s' % (
                       model, ', '.join('%s: %.3f' % kv for kv in sorted(
                           figure['over_one_context'].items())),
-                      ', '.join('%s: %d' % (n, max(max(t['sent'].values()),
-                                                   max(t['received'].values())))
-                                for n, t in sorted(figure['traffic'].items())))]
+                      ', '.join('%s: %d' % kv for kv in sorted(figure['busiest_bytes'].items())))]
     lines += ['', 'Total: %.0f s.' % summary['seconds']]
     with open(os.path.join(outdir, 'summary.md'), 'w') as f:
         f.write('\n'.join(lines) + '\n')
@@ -438,8 +440,9 @@ def main(argv=None):
         os.environ['LD_LIBRARY_PATH'] = ':'.join(
             p for p in [links, os.environ.get('LD_LIBRARY_PATH', '')] + beside if p)
     info = subprocess.run([PYTHON, '-m', 'theano_multigpu', 'info'], capture_output=True,
-                          text=True, env=child_env(outdir, COMPILE_FLAGS + ',contexts=dev0->'
-                                                   + args.device), timeout=300)
+                          text=True, env=child_env(outdir, COMPILE_FLAGS + ','
+                                                   + context_names(args.device, 1)),
+                          timeout=300)
     with open(os.path.join(outdir, 'info.txt'), 'w') as f:
         f.write(info.stdout + info.stderr)
     print(info.stdout, end='', flush=True)

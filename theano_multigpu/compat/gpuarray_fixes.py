@@ -124,21 +124,31 @@ def _contexts_of_readers(variable, depth=8):
         if client == 'output':
             found.add('output')
             continue
-        others = [v for i, v in enumerate(client.inputs) if i != index and not _is_metadata(v)]
-        if others:
-            # Theano's default context (None: the master, with several) is
-            # a context like any other; a reader of constants and shapes
-            # alone is on none.
-            if any(_comes_from_a_context(v) for v in others):
-                found.add(basic_ops.infer_context_name(*others))
-            else:
-                found.add(_NO_CONTEXT)
+        if not _is_passed_along(client, index):
+            found.add(_context_read_with(client, (index,)))
         elif depth > 0:
             for output in client.outputs:
                 found |= _contexts_of_readers(output, depth - 1)
         else:
             found.add(_NO_CONTEXT)
     return found
+
+
+def _is_passed_along(node, index):
+    """True when ``node`` computes with its input ``index`` and constants
+    and shapes alone (a DimShuffle, a Reshape, another Alloc)."""
+    return all(_is_metadata(v) for i, v in enumerate(node.inputs) if i != index)
+
+
+def _context_read_with(node, left_out):
+    """The context whose data ``node`` computes with, its inputs
+    ``left_out`` (indices), constants and shapes aside: a context name
+    (Theano's default context, None, the master with several, is one like
+    any other), or _NO_CONTEXT when it reads constants and shapes alone."""
+    others = [v for i, v in enumerate(node.inputs) if i not in left_out and not _is_metadata(v)]
+    if any(_comes_from_a_context(v) for v in others):
+        return basic_ops.infer_context_name(*others)
+    return _NO_CONTEXT
 
 
 def _comes_from_a_context(variable):
@@ -187,12 +197,6 @@ def local_alloc_on_clients_context(node):
             return False   # read on several contexts: the lifter's default one
         context_name = named.pop()
     return [_placed_allocation(node, context_name)]
-
-
-def _is_passed_along(node, index):
-    """True when ``node`` computes with its input ``index`` and constants
-    and shapes alone (a DimShuffle, a Reshape, another Alloc)."""
-    return all(_is_metadata(v) for i, v in enumerate(node.inputs) if i != index)
 
 
 def _allocation_below(variable, depth=8):
@@ -245,10 +249,9 @@ def local_allocation_per_reading_context(node):
                 chains[index] = chain
     if not chains or any(_is_passed_along(node, index) for index in chains):
         return False
-    others = [v for i, v in enumerate(node.inputs) if i not in chains and not _is_metadata(v)]
-    if not any(_comes_from_a_context(v) for v in others):
+    context_name = _context_read_with(node, chains)
+    if context_name is _NO_CONTEXT:
         return False
-    context_name = basic_ops.infer_context_name(*others)
     inputs = list(node.inputs)
     for index, chain in chains.items():
         allocation = chain[0][0]

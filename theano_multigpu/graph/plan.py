@@ -67,12 +67,6 @@ def place(variable, name, mesh):
 
 
 def _bytes_by_context(where, mesh, variables):
-    if variables is None:
-        # What the process holds now: a dead model's weights, waiting for
-        # Python's cycle collector, would otherwise count or not depending
-        # on when it last ran, and the same script would place its weights
-        # differently from run to run.
-        gc.collect()
     found = dict((name, 0) for name in mesh.names)
     chosen = None if variables is None else set(id(v) for v in variables)
     for variable, name in list(where.items()):
@@ -81,8 +75,18 @@ def _bytes_by_context(where, mesh, variables):
     return found
 
 
+def _collect_if_all(variables):
+    """Before counting all the process holds: a dead model's weights,
+    waiting for Python's cycle collector, would otherwise count or not
+    depending on when it last ran, and the same script would place its
+    weights differently from run to run."""
+    if variables is None:
+        gc.collect()
+
+
 def held_bytes(mesh):
     """{context name: bytes of what ``hold`` counted there}."""
+    _collect_if_all(None)
     return _bytes_by_context(_held, mesh, None)
 
 
@@ -90,6 +94,7 @@ def planned_bytes(mesh, variables=None):
     """{context name: bytes the plans put there for good}: the weights and
     optimizer state they placed and what ``hold`` counted, all of them or
     those among ``variables`` (e.g. what a compiled function reads)."""
+    _collect_if_all(variables)
     found = _bytes_by_context(_placed, mesh, variables)
     for name, n in _bytes_by_context(_held, mesh, variables).items():
         found[name] = found.get(name, 0) + n
