@@ -17,7 +17,6 @@ How the batch is shared and joined is a *gather*: ``LocalGather`` for the
 contexts of one process; the MPI layer has one across ranks, which shares
 the batch among the ranks first.
 """
-import theano
 from theano import gof, tensor
 from theano.compile import SharedVariable
 from theano.gpuarray.basic_ops import HostFromGpu
@@ -27,7 +26,7 @@ from theano.tensor.opt import Assert
 from .gradients import real_gradients, stand_ins_in
 from .placed import (PlacedVariable, check_no_placeholder, host_view, placed_replacements,
                      value_holder)
-from .replace import replaced
+from .replace import Rebuilder, replaced
 from .rows import find_rows_meeting, slice_bounds
 from .transfer import HOST, on_context
 
@@ -102,8 +101,9 @@ def _rows_of(whole, axis, bounds, batch_size):
     return checked[(slice(None),) * axis + (slice(start, stop),)]
 
 
-def _replica_replacements(frontier, inputs, context, bounds, whole, batch_size):
-    """Replacements that make ``frontier`` compute on ``context`` (HOST: on
+def _replica(frontier, inputs, context, bounds, whole, batch_size):
+    """The Rebuilder of one replica: replacements that make ``frontier``
+    compute on ``context`` (HOST: on
     the host, as Theano places it): each batch input sliced and moved there,
     each weight's host view read from a copy moved there, and each tensor
     made for the whole batch (``whole``: [(variable, rows axis)], e.g. a
@@ -131,7 +131,7 @@ def _replica_replacements(frontier, inputs, context, bounds, whole, batch_size):
         # replacement's own graph is not searched for keys).
         source = replaced([variable], placed_replacements(gof.graph.inputs([variable])))[0]
         replace[variable] = place(_rows_of(source, axis, bounds, batch_size))
-    return replace
+    return Rebuilder(replace)
 
 
 def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, describe=None,
@@ -178,14 +178,17 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
                                               sync_batchnorm)
     batch_size = batch_inputs[0].shape[0]
     contexts = [mesh.graph_name(name) for name in mesh.names] or [HOST]
-    replaces = [_replica_replacements(frontier, inputs, context, bounds,
-                                      whole + [(read, 0) for read in state_reads], batch_size)
+    # Each replica's graph is built once, piece by piece: a synchronised
+    # batch normalisation reads every replica's rows, and every later layer
+    # of every replica reads its statistics.
+    replicas = [_replica(frontier, inputs, context, bounds,
+                         whole + [(read, 0) for read in state_reads], batch_size)
                 for context, bounds in zip(contexts,
                                            gather.replica_bounds(batch_size, len(contexts)))]
     for node in synced:   # in graph order: a later one reads an earlier one's output
-        _synchronise_batchnorm(node, mesh, contexts, replaces, gather, batch_size)
+        _synchronise_batchnorm(node, mesh, contexts, replicas, gather, batch_size)
     computed = _checked(frontier, checks)
-    per_replica = [theano.clone(computed, replace=replace, strict=False) for replace in replaces]
+    per_replica = [replica(computed) for replica in replicas]
     joined_here = [_join_on_master(mesh, contexts, [replica[k] for replica in per_replica])
                    for k in range(len(frontier))]
     gathered = dict(zip(frontier, gather.join(joined_here, batch_size)))
@@ -195,7 +198,7 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
     gathered.update(_on_master(roots + losses, input_ids, batch_inputs, mesh, contexts))
     gathered.update(gather.gradients(stand_ins, dict(gathered), value_holder))
 
-    new_roots = theano.clone(roots, replace=gathered, strict=False)
+    new_roots = replaced(roots, gathered)
     check_no_placeholder(new_roots, 'batch-wise rewrite', _SHARD_OFF)
     new_outputs = new_roots[:len(outputs)]
     new_updates = [(value_holder(var), new)
@@ -271,14 +274,14 @@ def _checked(frontier, checks):
     return [first] + list(frontier[1:])
 
 
-def _synchronise_batchnorm(node, mesh, contexts, replaces, gather, batch_size):
-    """Make each replica normalise with the whole batch's statistics: the
-    replicas' inputs of batch normalisation ``node`` are joined, its mean
-    and 1/std computed from them on the master, sent to every replica, and
-    each replica normalises its rows with them (and its gradient flows back
-    the same way)."""
-    x = node.inputs[0]
-    pieces = [theano.clone(x, replace=replace, strict=False) for replace in replaces]
+def _synchronise_batchnorm(node, mesh, contexts, replicas, gather, batch_size):
+    """Make each replica (a Rebuilder) normalise with the whole batch's
+    statistics: the replicas' inputs of batch normalisation ``node`` are
+    joined, its mean and 1/std computed from them on the master, sent to
+    every replica, and each replica normalises its rows with them (and its
+    gradient flows back the same way)."""
+    x, scale, bias = node.inputs[:3]
+    pieces = [replica([x])[0] for replica in replicas]
     x_whole, = gather.join([_join_on_master(mesh, contexts, pieces)], batch_size,
                            replicated=False)
     # As Theano's batch_normalization_train computes them (its op has no
@@ -286,17 +289,15 @@ def _synchronise_batchnorm(node, mesh, contexts, replaces, gather, batch_size):
     axes, epsilon = node.op.axes, node.inputs[3]
     mean = x_whole.mean(axes, keepdims=True)
     invstd = tensor.inv(tensor.sqrt(x_whole.var(axes, keepdims=True) + epsilon))
-    scale, bias = node.inputs[1], node.inputs[2]
-    normalised = (x - node.outputs[1]) * (scale * node.outputs[2]) + bias
     master = contexts[0] if contexts == [HOST] else mesh.graph_name(mesh.master)
-    for context, replace in zip(contexts, replaces):
+    for context, replica, piece in zip(contexts, replicas, pieces):
         def move(stat):
             if context in (master, HOST):
                 return stat
             return on_context(stat, context, came_from=master)
-        with_stats = dict(replace)
-        with_stats[node.outputs[1]], with_stats[node.outputs[2]] = move(mean), move(invstd)
-        replace[node.outputs[0]] = theano.clone(normalised, replace=with_stats, strict=False)
+        scale_here, bias_here = replica([scale, bias])
+        replica.add(node.outputs[0],
+                    (piece - move(mean)) * (scale_here * move(invstd)) + bias_here)
 
 
 def _join_on_master(mesh, contexts, pieces):
