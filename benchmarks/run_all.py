@@ -6,6 +6,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import batchnorm  # noqa: E402
+import deep_models  # noqa: E402
 import batchwise  # noqa: E402
 import layerwise  # noqa: E402
 import mpi  # noqa: E402
@@ -25,6 +26,7 @@ def main():
     batchwise.main([])
     sharding.main([])
     batchnorm.main([])
+    deep_models.main([])
     layerwise.main([])
     mpi.main([])
     window_sync.main([])

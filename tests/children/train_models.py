@@ -26,7 +26,8 @@ def build(name, rng, n):
     """(model, x, y, fit kwargs) for ``name``, deterministic given rng."""
     from keras.models import Sequential, Model
     from keras.layers import (Dense, Convolution2D, MaxPooling2D, Flatten, Embedding,
-                              LSTM, GRU, Input, merge, Dropout, BatchNormalization)
+                              LSTM, GRU, Input, merge, Dropout, BatchNormalization,
+                              Activation)
     from keras.optimizers import SGD, Adam, RMSprop
     kwargs = {}
     if name == 'mlp':
@@ -37,17 +38,32 @@ def build(name, rng, n):
         x = rng.rand(n, 8).astype('float32')
         y = np.eye(3)[rng.randint(0, 3, n)].astype('float32')
         kwargs['class_weight'] = {0: 1.0, 1: 2.0, 2: 0.5}
-    elif name in ('cnn', 'cnn_bn'):
-        # Before BatchNormalization a bias has no true gradient, and Adam
-        # would scale its float noise to full steps: cnn_bn has none.
-        layers = [Convolution2D(4, 3, 3, input_shape=(1, 8, 8), activation='relu',
-                                dim_ordering='th', bias=name == 'cnn')]
-        if name == 'cnn_bn':
-            layers.append(BatchNormalization(axis=1))
-        layers += [MaxPooling2D((2, 2), dim_ordering='th'), Dropout(0.0), Flatten(),
-                   Dense(3, activation='softmax')]
-        model = Sequential(layers)
+    elif name == 'cnn':
+        model = Sequential([Convolution2D(4, 3, 3, input_shape=(1, 8, 8), activation='relu',
+                                          dim_ordering='th'),
+                            MaxPooling2D((2, 2), dim_ordering='th'), Dropout(0.0), Flatten(),
+                            Dense(3, activation='softmax')])
         model.compile(loss='categorical_crossentropy', optimizer=Adam(lr=0.01),
+                      metrics=['accuracy'])
+        x = rng.rand(n, 1, 8, 8).astype('float32')
+        y = np.eye(3)[rng.randint(0, 3, n)].astype('float32')
+    elif name == 'cnn_bn':
+        # Four BatchNormalizations, the last two blocks residual: each
+        # synchronised one once copied every replica's layers before it into
+        # each later one, and four did not compile.  Before BatchNormalization
+        # a bias has no true gradient, and Adam would scale its float noise to
+        # full steps: the convolutions have none, and SGD compares the numbers
+        # (Adam's first steps are lr x the sign of each gradient, noise included).
+        inputs = Input(shape=(1, 8, 8))
+        h = Convolution2D(4, 3, 3, activation='relu', dim_ordering='th', bias=False)(inputs)
+        h = BatchNormalization(axis=1)(h)
+        for block in range(3):
+            y = Convolution2D(4, 3, 3, border_mode='same', dim_ordering='th', bias=False)(h)
+            y = Activation('relu')(BatchNormalization(axis=1)(y))
+            h = merge([h, y], mode='sum') if block else y
+        h = Flatten()(Dropout(0.0)(MaxPooling2D((2, 2), dim_ordering='th')(h)))
+        model = Model(input=inputs, output=Dense(3, activation='softmax')(h))
+        model.compile(loss='categorical_crossentropy', optimizer=SGD(lr=0.1, momentum=0.9),
                       metrics=['accuracy'])
         x = rng.rand(n, 1, 8, 8).astype('float32')
         y = np.eye(3)[rng.randint(0, 3, n)].astype('float32')
