@@ -4,6 +4,9 @@ same replacements computes, for any small graph and any replacements, and
 copies nothing: each value is in the result as it is, and the result holds
 no more nodes than the original graph and the values together.
 
+A Rebuilder asked for the outputs one at a time builds what it builds at
+once, and refuses a key it has read already.
+
 Prints 'checked N graphs; layer by layer: replaced M nodes, theano.clone
 K'."""
 import numpy as np
@@ -11,7 +14,7 @@ import theano
 from hypothesis import example, given, settings, strategies as st
 from theano import gof, tensor
 
-from theano_multigpu.graph.replace import replaced
+from theano_multigpu.graph.replace import Rebuilder, replaced
 
 # Each makes a list of variables; the last makes two outputs of one node
 # (as BatchNormalization's op does: a key may be one, a reader the other).
@@ -71,6 +74,15 @@ def check(steps, picks):
     for key, value in replace.items():
         assert id(key) not in reached or id(value) in kept, (key, value)
     assert len(nodes(new)) <= len(nodes(outputs)) + len(nodes(list(replace.values())))
+    # Built piece by piece (as a replica is: its layers, then what reads
+    # their whole batch), each node is built once: asked again, the same
+    # variables; the same values and nodes as built at once.
+    rebuilder = Rebuilder(replace)
+    pieces = [rebuilder([outputs[1]])[0], rebuilder([outputs[0]])[0]][::-1]
+    assert all(a is b for a, b in zip(rebuilder(outputs), pieces))
+    for got, want in zip(evaluate(pieces), evaluate(new)):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert len(nodes(pieces)) == len(nodes(new)), (len(nodes(pieces)), len(nodes(new)))
     checked.append(1)
 
 
@@ -96,7 +108,20 @@ def layer_by_layer(depth):
     return counts + [len(nodes(blocks[1:]))]
 
 
+def a_key_read_before_it_is_added_is_refused():
+    rebuilder = Rebuilder({INPUTS[0]: INPUTS[1]})
+    total = INPUTS[0] + INPUTS[1]
+    rebuilder([total * 2])
+    try:
+        rebuilder.add(total, INPUTS[0])
+    except ValueError as error:
+        assert 'after the rewritten graph read it' in str(error), error
+    else:
+        raise AssertionError('Rebuilder.add took a key it had read')
+
+
 check()
+a_key_read_before_it_is_added_is_refused()
 ours, theirs, chain = layer_by_layer(12)
 assert ours == chain, (ours, chain)
 print('checked %d graphs; layer by layer: replaced %d nodes, theano.clone %d'
