@@ -23,10 +23,12 @@ from conftest import CHILDREN, FOUR, ONE, TWO, needs_pocl, run_python, side_by_s
 pytestmark = needs_pocl
 
 EIGHT = 'contexts=' + ';'.join('dev%d->opencl0:%d' % (k, k % 2) for k in range(8))
-# name: (THEANO_FLAGS, MPI ranks or None, contexts)
+# name: (THEANO_FLAGS, MPI ranks or None, replicas of the model in one
+# process: layer-wise mode has one, spread over the contexts; an MPI rank on
+# the CPU one)
 CONFIGURATIONS = {1: (ONE, None, 1), 2: (TWO, None, 2), 4: (FOUR, None, 4),
-                  8: (EIGHT, None, 8), 'layer': (FOUR + ',multigpu.mode=layer', None, 4),
-                  'mpi': ('device=cpu', 2, 2)}
+                  8: (EIGHT, None, 8), 'layer': (FOUR + ',multigpu.mode=layer', None, 1),
+                  'mpi': ('device=cpu', 2, 1)}
 DEPTHS = (5, 10, 20, 50)
 EXAMPLES = 12   # drawn networks per configuration of the property
 PROPERTY_ON = (2, 'layer', 'mpi')
@@ -82,10 +84,11 @@ def test_each_block_adds_the_same_nodes(growth, key):
 
 
 @pytest.mark.parametrize('key', [k for k in CONFIGURATIONS if k != 1])
-def test_a_block_adds_nodes_in_proportion_to_the_contexts(growth, key):
-    """A block adds at most three times one context's nodes per context
-    (its replica's forward and backward, the join and the statistics sent
-    back); one context's graph is Keras's own with its gradients."""
+def test_a_block_adds_nodes_in_proportion_to_the_replicas(growth, key):
+    """A block adds at most three times one context's nodes per replica
+    (its forward and backward, the join and the statistics sent back, the
+    transfers between layer-wise contexts, an MPI rank's gather); one
+    context's graph is Keras's own with its gradients."""
     one = _per_block(_counts(growth[1][0]))[0]
     many = _per_block(_counts(growth[key][0]))[0]
     assert many <= 3 * CONFIGURATIONS[key][2] * one, (many, one)

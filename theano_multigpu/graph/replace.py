@@ -54,6 +54,9 @@ class Rebuilder(object):
     def __call__(self, outputs):
         """The rewritten version of each of ``outputs``."""
         for node in self._unbuilt_nodes(outputs):
+            for variable in node.inputs:   # a graph input read as itself: no key from now on
+                if variable.owner is None:
+                    self._read_as.setdefault(id(variable), (variable, variable))
             inputs = [self._read(v) for v in node.inputs]
             new = node
             if any(a is not b for a, b in zip(inputs, node.inputs)):
