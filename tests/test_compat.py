@@ -307,6 +307,38 @@ def test_sums_on_pocl_use_small_work_groups_and_stay_exact(home, config):
 
 
 @needs_pocl
+def test_a_gemv_with_beta_zero_ignores_what_its_output_held_on_pocl(home, config):
+    """A dot with a dimension of 1 (a one-feature input's gradient,
+    dot(x.T, g)) becomes a gemv with beta 0 into GpuAllocEmpty; CLBlast's
+    gemv reads that memory anyway (0 x NaN is NaN), so wherever it held a
+    NaN's bits the product was NaN: an LSTM on one feature went NaN at a
+    random step.  On OpenCL the gemv reads zeros, and the product is
+    numpy's even right after NaN-filled buffers of its size were freed (the
+    allocator hands their memory out again: without the fix most of the 30
+    products were NaN)."""
+    out = run(home, config, flags='device=opencl0:0', code='''
+        import pygpu, theano, theano.tensor as T
+        from theano.gpuarray.blas import GpuGemv
+        from theano.gpuarray.type import get_context
+        x, g = T.matrix('x'), T.matrix('g')
+        f = theano.function([x, g], T.dot(x.reshape((-1, 1)).T, g))
+        reads = [type(node.inputs[0].owner.op).__name__
+                 for node in f.maker.fgraph.toposort() if isinstance(node.op, GpuGemv)]
+        rng = np.random.RandomState(0)
+        xv, gv = rng.rand(24, 1).astype('float32'), rng.rand(24, 8).astype('float32')
+        wrong = 0
+        for _ in range(30):
+            freed = [pygpu.gpuarray.array(np.full(8, np.nan, 'float32'), context=get_context(None))
+                     for _ in range(50)]
+            del freed
+            wrong += not np.allclose(f(xv, gv), xv.T.dot(gv), rtol=1e-5)
+        report(reads=reads, wrong=wrong)
+    ''')
+    assert out['reads'] == ['GpuAlloc'], out['reads']
+    assert out['wrong'] == 0, out
+
+
+@needs_pocl
 def test_a_kernel_that_fails_to_build_is_an_error_not_a_crash(home, config):
     """A scalar op whose C code calls a function no compiler knows: its GPU
     kernel fails to build, and compiling raises KernelBuildError naming
