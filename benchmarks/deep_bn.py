@@ -18,6 +18,8 @@ import contextlib
 
 import numpy as np
 
+from models import set_random_weights
+
 __all__ = ['Block', 'network', 'cnn13', 'resnet', 'node_count', 'train_graph_sizes']
 
 Block = collections.namedtuple('Block', 'filters batchnorm merge')
@@ -52,11 +54,7 @@ def network(blocks, input_shape=(3, 8, 8), classes=2, batch=8, optimizer='sgd', 
     model.compile(loss='categorical_crossentropy',
                   optimizer=Adam(lr=0.001) if optimizer == 'adam' else SGD(lr=0.05))
     rng = np.random.RandomState(seed)
-    model.set_weights([(rng.randn(*w.shape) * 0.3).astype('float32')
-                       for w in model.get_weights()])
-    for layer in model.layers:   # a variance is positive
-        if hasattr(layer, 'running_std'):
-            layer.running_std.set_value(np.abs(layer.running_std.get_value()) + 0.5)
+    set_random_weights(model, rng, 0.3)
     x = rng.rand(batch, *input_shape).astype('float32')
     y = np.eye(classes, dtype='float32')[rng.randint(0, classes, batch)]
     return Case('%d blocks' % len(blocks), model, x, y)

@@ -17,7 +17,7 @@ import collections
 
 import numpy as np
 
-__all__ = ['MODELS', 'DEEP_MODELS', 'BN_MODELS', 'SIZES', 'Case', 'build']
+__all__ = ['MODELS', 'DEEP_MODELS', 'BN_MODELS', 'SIZES', 'Case', 'build', 'set_random_weights']
 
 MODELS = ('mlp', 'cnn', 'lstm', 'functional')
 # Deeper models, for layer-wise mode (several layers to spread).
@@ -36,6 +36,17 @@ SIZES = {
 }
 
 Case = collections.namedtuple('Case', 'name model x y')
+
+
+def set_random_weights(model, rng, scale):
+    """Set every weight of ``model`` to ``scale`` x N(0, 1) draws from
+    ``rng``, then each BatchNormalization's running std to a positive value
+    (a variance is positive): the same weights on every backend."""
+    model.set_weights([(rng.randn(*w.shape) * scale).astype('float32')
+                       for w in model.get_weights()])
+    for layer in model.layers:
+        if hasattr(layer, 'running_std'):
+            layer.running_std.set_value(np.abs(layer.running_std.get_value()) + 0.5)
 
 
 def _onehot(rng, n, classes):
@@ -139,6 +150,5 @@ def build(name, size='test', seed=1234, batch=None):
                       optimizer=SGD(lr=0.05, momentum=0.5), metrics=['accuracy'])
         x = [rng.rand(n, size_a).astype('float32'), rng.rand(n, size_b).astype('float32')]
         y = [_onehot(rng, n, 2), rng.rand(n, 1).astype('float32')]
-    model.set_weights([(rng.randn(*w.shape) * 0.2).astype('float32')
-                       for w in model.get_weights()])
+    set_random_weights(model, rng, 0.2)
     return Case(name, model, x, y)

@@ -18,9 +18,15 @@ GaussianNoise, GaussianDropout, SpatialDropout) draw their noise in
 training; their rates are 0 so that every configuration computes the same
 numbers while their kernels still build.
 """
+import os
 import sys
 
 import numpy as np
+
+# The weights every backend starts from: benchmarks/models.py, shared with the benchmarks.
+sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), 'benchmarks'))
+from models import set_random_weights  # noqa: E402
 
 ROWS = 8
 TH = {'dim_ordering': 'th'}
@@ -238,12 +244,7 @@ def build():
     if keras_1_0():
         metrics = {'categorical_crossentropy': ['accuracy'], 'binary_crossentropy': ['accuracy']}
     model.compile(optimizer=every_optimizer(), loss=losses, metrics=metrics)
-    model.set_weights([(rng.randn(*w.shape) * 0.2).astype('float32') + (
-        1.0 if w.ndim == 1 and 'std' in getattr(w, 'name', '') else 0.0)
-        for w in model.get_weights()])
-    for layer in model.layers:   # a variance is positive
-        if hasattr(layer, 'running_std'):
-            layer.running_std.set_value(np.abs(layer.running_std.get_value()) + 0.5)
+    set_random_weights(model, rng, 0.2)
     inputs = [rng.rand(ROWS, 6), rng.rand(ROWS, 2, 8, 8), rng.rand(ROWS, 1, 4, 4, 4),
               rng.randint(0, 12, (ROWS, 10)), rng.rand(ROWS, 5, 3), rng.rand(ROWS, 2, 1, 4, 4)]
     inputs = [x.astype('int32' if x.dtype.kind == 'i' else 'float32') for x in inputs]

@@ -9,9 +9,15 @@ The same request gives the same weights and data in every configuration
 can compare one context with several.  ``refused``: RowsMeetError's message.
 """
 import json
+import os
 import sys
 
 import numpy as np
+
+# The weights every backend starts from: benchmarks/models.py, shared with the benchmarks.
+sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), 'benchmarks'))
+from models import set_random_weights  # noqa: E402
 
 # name: the layer's code (``K`` is keras.backend); rows meet in the last two.
 LAYERS = {
@@ -43,11 +49,7 @@ def train(layers, steps):
     model = Sequential([Dense(6, input_dim=5, activation='tanh')]
                        + [eval(LAYERS[name], names) for name in layers] + [Dense(3)])
     model.compile(loss='mse', optimizer=SGD(lr=0.05))
-    model.set_weights([(rng.randn(*w.shape) * 0.4).astype('float32')
-                       for w in model.get_weights()])
-    for layer in model.layers:   # a variance is positive
-        if hasattr(layer, 'running_std'):
-            layer.running_std.set_value(np.abs(layer.running_std.get_value()) + 0.5)
+    set_random_weights(model, rng, 0.4)
     x = rng.rand(10, 5).astype('float32')
     y = rng.rand(10, 3).astype('float32')
     try:

@@ -21,6 +21,11 @@ import sys
 
 import numpy as np
 
+# The weights every backend starts from: benchmarks/models.py, shared with the benchmarks.
+sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), 'benchmarks'))
+from models import set_random_weights  # noqa: E402
+
 
 def build(name, rng, n):
     """(model, x, y, fit kwargs) for ``name``, deterministic given rng."""
@@ -47,17 +52,18 @@ def build(name, rng, n):
                       metrics=['accuracy'])
         x = rng.rand(n, 1, 8, 8).astype('float32')
         y = np.eye(3)[rng.randint(0, 3, n)].astype('float32')
-    elif name == 'cnn_bn':
-        # Four BatchNormalizations, the last two blocks residual: each
+    elif name in ('cnn_bn', 'cnn_bn1'):
+        # cnn_bn: four BatchNormalizations, the last two blocks residual: each
         # synchronised one once copied every replica's layers before it into
-        # each later one, and four did not compile.  Before BatchNormalization
-        # a bias has no true gradient, and Adam would scale its float noise to
-        # full steps: the convolutions have none, and SGD compares the numbers
-        # (Adam's first steps are lr x the sign of each gradient, noise included).
+        # each later one, and four did not compile.  cnn_bn1: the first block
+        # alone.  Before BatchNormalization a bias has no true gradient, and
+        # Adam would scale its float noise to full steps: the convolutions have
+        # none, and SGD compares the numbers (Adam's first steps are lr x the
+        # sign of each gradient, noise included).
         inputs = Input(shape=(1, 8, 8))
         h = Convolution2D(4, 3, 3, activation='relu', dim_ordering='th', bias=False)(inputs)
         h = BatchNormalization(axis=1)(h)
-        for block in range(3):
+        for block in range(3 if name == 'cnn_bn' else 0):
             y = Convolution2D(4, 3, 3, border_mode='same', dim_ordering='th', bias=False)(h)
             y = Activation('relu')(BatchNormalization(axis=1)(y))
             h = merge([h, y], mode='sum') if block else y
@@ -208,11 +214,7 @@ def build(name, rng, n):
         y = rng.randint(0, 2, (n, 1)).astype('float32')
     else:
         raise SystemExit('unknown model %r' % name)
-    model.set_weights([(rng.randn(*w.shape) * 0.3).astype('float32')
-                       for w in model.get_weights()])
-    for layer in model.layers:   # a variance is positive
-        if hasattr(layer, 'running_std'):
-            layer.running_std.set_value(np.abs(layer.running_std.get_value()) + 0.5)
+    set_random_weights(model, rng, 0.3)
     return model, x, y, kwargs
 
 
