@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from conftest import CHILDREN, needs_pocl, run_python
+from conftest import CHILDREN, TWO, needs_pocl, run_python
 
 CONFIGS = {
     'shim': dict(backend='theano_multigpu', extra_env={}),
@@ -309,13 +309,10 @@ def test_sums_on_pocl_use_small_work_groups_and_stay_exact(home, config):
 @needs_pocl
 def test_a_gemv_with_beta_zero_ignores_what_its_output_held_on_pocl(home, config):
     """A dot with a dimension of 1 (a one-feature input's gradient,
-    dot(x.T, g)) becomes a gemv with beta 0 into GpuAllocEmpty; CLBlast's
-    gemv reads that memory anyway (0 x NaN is NaN), so wherever it held a
-    NaN's bits the product was NaN: an LSTM on one feature went NaN at a
-    random step.  On OpenCL the gemv reads zeros, and the product is
-    numpy's even right after NaN-filled buffers of its size were freed (the
-    allocator hands their memory out again: without the fix most of the 30
-    products were NaN)."""
+    dot(x.T, g)) is a gemv with beta 0 into fresh memory, which CLBlast's
+    gemv reads (0 x NaN is NaN).  On OpenCL that gemv reads zeros, and the
+    product is numpy's even right after NaN-filled buffers of its size were
+    freed (the allocator hands their memory out again)."""
     out = run(home, config, flags='device=opencl0:0', code='''
         import pygpu, theano, theano.tensor as T
         from theano.gpuarray.blas import GpuGemv
@@ -336,6 +333,34 @@ def test_a_gemv_with_beta_zero_ignores_what_its_output_held_on_pocl(home, config
     ''')
     assert out['reads'] == ['GpuAlloc'], out['reads']
     assert out['wrong'] == 0, out
+
+
+@needs_pocl
+def test_an_lstm_on_one_feature_stays_finite_on_two_contexts(home):
+    """Batch-wise on two pocl contexts, the issue's LSTM on one feature:
+    every gemv with beta 0 of its train function, the replicas' included,
+    reads zeros, and its losses over 8 steps of different batches are
+    finite."""
+    out = run(home, 'shim', flags=TWO, code='''
+        from theano.gpuarray.blas import GpuGemv
+        from keras.models import Sequential
+        from keras.layers import Dense, LSTM
+        np.random.seed(1)
+        rng = np.random.RandomState(0)
+        x, y = rng.rand(96, 1, 1).astype('float32'), rng.rand(96, 1).astype('float32')
+        m = Sequential([LSTM(8, input_shape=(1, 1)), Dense(1)])
+        m.compile(loss='mse', optimizer='sgd')
+        losses = [float(m.train_on_batch(x[b % 4 * 24:][:24], y[b % 4 * 24:][:24]))
+                  for b in range(8)]
+        nodes = m.model.train_function.function.maker.fgraph.toposort()
+        reads = sorted(set((str(n.inputs[0].type.context_name),
+                            type(n.inputs[0].owner.op).__name__)
+                           for n in nodes if isinstance(n.op, GpuGemv)
+                           and getattr(n.inputs[4], 'data', None) == 0))
+        report(losses=losses, finite=bool(np.all(np.isfinite(losses))), reads=reads)
+    ''')
+    assert out['reads'] == [['None', 'GpuAlloc'], ['dev1', 'GpuAlloc']], out['reads']
+    assert out['finite'], out['losses']
 
 
 @needs_pocl

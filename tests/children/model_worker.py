@@ -15,7 +15,7 @@ import sys
 import numpy as np
 
 # The weights every backend starts from: benchmarks/models.py, shared with the benchmarks.
-sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+sys.path.insert(1, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), 'benchmarks'))
 from models import set_random_weights  # noqa: E402
 

@@ -22,7 +22,7 @@ import sys
 import numpy as np
 
 # The weights every backend starts from: benchmarks/models.py, shared with the benchmarks.
-sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+sys.path.insert(1, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), 'benchmarks'))
 from models import set_random_weights  # noqa: E402
 
@@ -53,10 +53,10 @@ def build(name, rng, n):
         x = rng.rand(n, 1, 8, 8).astype('float32')
         y = np.eye(3)[rng.randint(0, 3, n)].astype('float32')
     elif name in ('cnn_bn', 'cnn_bn1'):
-        # cnn_bn: four BatchNormalizations, the last two blocks residual: each
-        # synchronised one once copied every replica's layers before it into
-        # each later one, and four did not compile.  cnn_bn1: the first block
-        # alone.  Before BatchNormalization a bias has no true gradient, and
+        # cnn_bn: four BatchNormalizations, the last two blocks residual, so
+        # every later layer of every replica reads each synchronised one's
+        # statistics (each replica must be built once).  cnn_bn1: the first
+        # block alone.  Before BatchNormalization a bias has no true gradient, and
         # Adam would scale its float noise to full steps: the convolutions have
         # none, and SGD compares the numbers (Adam's first steps are lr x the
         # sign of each gradient, noise included).

@@ -3,9 +3,10 @@ contents where BLAS says it does.
 
 BLAS's gemv computes ``y = alpha A x + beta y`` and, with ``beta`` 0, does
 not read ``y``: callers pass memory nobody wrote.  Theano does: a dot whose
-operand has a dimension of 1 (an LSTM's or a Dense layer's input of one
-feature, whose gradient is ``dot(x.T, g)``) becomes ``GpuGemv(y, 1, A, x,
-0)`` with ``y`` from ``GpuAllocEmpty``.  CLBlast's gemv, which libgpuarray
+operand has a dimension of 1 known to the graph (a recurrent layer's or
+``TimeDistributed(Dense)``'s input of one feature, reshaped to one column,
+whose gradient is ``dot(x.T, g)``) becomes ``GpuGemv(y, 1, A, x, 0)`` with
+``y`` from ``GpuAllocEmpty``.  CLBlast's gemv, which libgpuarray
 uses on OpenCL, reads ``y`` anyway, and ``0 x NaN`` is NaN: wherever the
 fresh memory held a NaN's bits, the product was NaN (a loss that went NaN
 at a random step).  cuBLAS keeps the rule, so CUDA contexts are left as
@@ -15,7 +16,13 @@ On an OpenCL context such a gemv's ``y`` is allocated filled with zeros.
 """
 import numpy as np
 
+from ..patch_targets import Parameters
+
 __all__ = ['install']
+
+GEMV_INPUTS = Parameters(
+    'theano.gpuarray.blas.GpuGemv.make_node', ('self', 'y', 'alpha', 'A', 'x', 'beta'),
+    "read: y is the gemv's input 0 and beta its input 4")
 
 
 def _is_zero_constant(variable):
@@ -44,15 +51,18 @@ def _gemv_reads_zeros(node):
     context_name = y.type.context_name
     if not _is_zero_constant(beta) or not _is_opencl(context_name):
         return False
-    zero = as_gpuarray_variable(np.asarray(0, dtype=y.dtype), context_name)
-    zeros = GpuAlloc(context_name, memset_0=True)(zero, *y.owner.inputs)
-    return [node.op(zeros, *node.inputs[1:])]
+    from theano.gof.opt import inherit_stack_trace
+    with inherit_stack_trace(node.outputs):
+        zero = as_gpuarray_variable(np.asarray(0, dtype=y.dtype), context_name)
+        zeros = GpuAlloc(context_name, memset_0=True)(zero, *y.owner.inputs)
+        return [node.op(zeros, *node.inputs[1:])]
 
 
 def _register(gpuarray_opt):
     from theano import gof
     from theano.gpuarray.blas import GpuGemv
     from .optimizers import register_optimizer
+    GEMV_INPUTS.check(GpuGemv.make_node)
     # After the GPU lifting made the gemv (48.5), before the destroy
     # handler (49.5) and the in-place passes that follow it.
     register_optimizer('gemv_reads_zeros_on_opencl',
