@@ -511,6 +511,60 @@ def test_average_pooling_gradients_on_pocl_are_right(home):
 
 
 @needs_pocl
+def test_keras_pooling_on_pocl_equals_the_cpu_for_windows_larger_than_the_input(home):
+    """Keras's pool2d and pool3d on a pocl context, over pool sizes 1, 2 and
+    5, strides 1 and 2, both border modes, both dim orderings, max and
+    average, forward and gradient: the shapes and numbers of Theano's CPU
+    ops.  Windows of 5 over 4 or 1 input columns have no output (0 columns);
+    GpuPool computed that shape in size_t, got 2**64 - 1 and failed to
+    allocate."""
+    out = run(home, 'compat', flags='device=opencl0:0', code='''
+        import itertools
+        import theano, theano.tensor as T
+        import keras.backend as K
+
+        rng = np.random.RandomState(0)
+        x2, x3 = T.tensor4(), T.TensorType('float32', (False,) * 5)()
+        values = [rng.rand(2, 4, 11, 4).astype('float32') - 0.5,
+                  rng.rand(1, 4, 5, 1, 3).astype('float32') - 0.5]
+        cases, outputs = [], []
+        for ordering, border, size, stride, mode in itertools.product(
+                ('th', 'tf'), ('valid', 'same'), (1, 2, 5), (1, 2), ('max', 'avg')):
+            for x, y in ((x2, K.pool2d(x2, (size, size), (stride, stride), border, ordering,
+                                       mode)),
+                         (x3, K.pool3d(x3, (size, 2, size), (stride, 1, stride), border,
+                                       ordering, mode))):
+                if mode == 'avg' and border == 'same':
+                    # Theano's CPU op refuses the gradient of padded
+                    # averages (the test above checks pocl's); and Keras
+                    # 1.2.2 pads a 'same' window of 1 by -1, which the CPU's
+                    # average turns into NaN.
+                    if size == 1 and x is x3:
+                        continue
+                    outputs += [y, T.zeros_like(x)]
+                else:
+                    outputs += [y, theano.grad((y * y).sum(), x)]
+                cases.append('%s %s %s %s %s %d-D' % (ordering, border, size, stride, mode,
+                                                     x.ndim - 2))
+        on_pocl = theano.function([x2, x3], outputs)(*values)
+        cpu_mode = theano.compile.mode.get_default_mode().excluding('gpuarray')
+        on_cpu = theano.function([x2, x3], outputs, mode=cpu_mode)(*values)
+        wrong, empty = [], 0
+        for k, case in enumerate(cases):
+            for what, got, expected in zip(('output', 'gradient'), on_pocl[2 * k:2 * k + 2],
+                                          on_cpu[2 * k:2 * k + 2]):
+                got = np.asarray(got)
+                empty += got.size == 0
+                if got.shape != expected.shape or not np.allclose(got, expected, atol=1e-5):
+                    wrong.append('%s %s: %s against %s' % (case, what, got.shape,
+                                                           expected.shape))
+        report(cases=len(cases), wrong=wrong, empty=int(empty))
+    ''')
+    assert out['cases'] == 92 and out['wrong'] == [], out
+    assert out['empty'] >= 8, out   # windows larger than the input were drawn
+
+
+@needs_pocl
 def test_an_allocation_read_on_several_contexts_is_made_on_each(home):
     """One allocation (Theano merges the replicas' equal zeros into one)
     read by ops on two contexts, directly and through ops that read

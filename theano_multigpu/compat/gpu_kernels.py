@@ -22,6 +22,11 @@ it counted the padding in the window's size where the forward pass does
 not (``average_exc_pad``, Keras's AveragePooling with border_mode='same').
 Its kernels now read each window's own gradient and size it as the
 forward pass does.
+
+GpuPool (and GpuMaxPoolRop) computed the output's shape in size_t: a window
+larger than the input wrapped to 2**64 - 1 windows, and the allocation
+failed.  The shape is now Pool.out_shape's (0 windows there), and an empty
+output launches no kernel.
 """
 from ..errors import KernelBuildError
 from ..patch_targets import Parameters, SourceDigest
@@ -57,6 +62,19 @@ AVERAGE_POOL_GRAD_INIT = SourceDigest(
 AVERAGE_POOL_GRAD_CACHE_VERSION = Parameters(
     'theano.gpuarray.pool.GpuAveragePoolGrad.c_code_cache_version_apply', ('self', 'node'),
     'wrapped: the corrected kernels get a cache key of their own')
+
+POOL_INIT = SourceDigest(
+    'theano.gpuarray.pool.GpuPool.__init__', 'a5c71db71bdaa86a',
+    'wrapped: its output shape (c_code/pool.c) is computed as Pool.out_shape does')
+POOL_CACHE_VERSION = Parameters(
+    'theano.gpuarray.pool.GpuPool.c_code_cache_version_apply', ('self', 'node'),
+    'wrapped: the corrected code gets a cache key of its own')
+POOL_ROP_INIT = SourceDigest(
+    'theano.gpuarray.pool.GpuMaxPoolRop.__init__', '52ca661e1f562b4c',
+    'wrapped: its output shape (c_code/pool_max_rop.c) is computed as Pool.out_shape does')
+POOL_ROP_CACHE_VERSION = Parameters(
+    'theano.gpuarray.pool.GpuMaxPoolRop.c_code_cache_version_apply', ('self', 'node'),
+    'wrapped: the corrected code gets a cache key of its own')
 
 # Lines of the compiler's log an error shows.
 LOG_LINES = 12
@@ -189,21 +207,76 @@ def corrected_average_pool_grad(kernels):
                                                                    _AVERAGE_3D_FIXED)
 
 
-def _fix_average_pool_grad(gpuarray_pool):
-    op_class = gpuarray_pool.GpuAveragePoolGrad
-    init = AVERAGE_POOL_GRAD_INIT.check(op_class.__init__)
-    cache_version = AVERAGE_POOL_GRAD_CACHE_VERSION.check(op_class.c_code_cache_version_apply)
+# pool.c's and pool_max_rop.c's output shape, as Theano 1.0.5 ships it: in
+# size_t, so a window larger than the input (5 over 4 columns) wrapped to
+# 2**64 - 1 and the allocation failed.
+_OUTPUT_DIMS = """#define OUTPUT_DIMS(in_dim, ws, st, ignore_border)        \\
+  (ignore_border ? (in_dim - ws)/st + 1 :                 \\
+   (st > ws ? (in_dim - 1)/st + 1 :                       \\
+    std::max<ssize_t>(0, (in_dim - 1 - ws + st)/st) + 1))"""
+_OUTPUT_DIMS_FIXED = """// Pool.out_shape's rule: floor division, and never fewer than 0 windows.
+static inline ssize_t pool_floor_div(ssize_t a, ssize_t b) {
+  return a >= 0 ? a / b : -((-a + b - 1) / b);
+}
+static inline size_t pool_output_dim(ssize_t in, ssize_t ws, ssize_t st, int ignore_border) {
+  ssize_t out = ignore_border ? pool_floor_div(in - ws, st) + 1
+              : st > ws ? pool_floor_div(in - 1, st) + 1
+              : std::max<ssize_t>(0, pool_floor_div(in - 1 - ws + st, st)) + 1;
+  return out > 0 ? (size_t)out : 0;
+}
+#define OUTPUT_DIMS(in_dim, ws, st, ignore_border) \\
+  pool_output_dim((ssize_t)(in_dim), (ssize_t)(ws), (ssize_t)(st), (ignore_border))"""
+# An empty output launches no kernel (OpenCL refuses a global size of 0).
+_LAUNCH_SIZES = ('size_t num_kernels = z_dims[0] * z_dims[1] * z_dims[2] * z_dims[3];',
+                 'size_t num_kernels = z_dims[0] * z_dims[1] * z_dims[2] * z_dims[3] * z_dims[4];')
+
+
+def corrected_pool_output_shape(sections):
+    """Correct pool.c's or pool_max_rop.c's sections in place (see
+    _OUTPUT_DIMS); PatchTargetError when they are not Theano 1.0.5's."""
+    from ..errors import PatchTargetError
+    support, struct = sections['support_code'], sections['support_code_struct']
+    if support.count(_OUTPUT_DIMS) != 1 or any(struct.count(s) != 1 for s in _LAUNCH_SIZES):
+        raise PatchTargetError(
+            "theano_multigpu corrects the output shape in theano/gpuarray/c_code/pool.c and "
+            "pool_max_rop.c and expects Theano 1.0.5's code, but it differs. Install Theano "
+            "1.0.5 (pip install theano==1.0.5), or report the version you need.")
+    sections['support_code'] = support.replace(_OUTPUT_DIMS, _OUTPUT_DIMS_FIXED)
+    for launch in _LAUNCH_SIZES:
+        struct = struct.replace(launch, launch + '\n      if (num_kernels == 0) return 0;')
+    sections['support_code_struct'] = struct
+
+def _correct_c_code(op_class, init_expectation, version_expectation, correct, version_tag):
+    """Every instance of ``op_class`` gets its C code sections corrected by
+    ``correct`` (a function of the sections dict) after loading, and a cache
+    key of its own."""
+    init = init_expectation.check(op_class.__init__)
+    cache_version = version_expectation.check(op_class.c_code_cache_version_apply)
 
     def __init__(self, *args, **kwargs):
         init(self, *args, **kwargs)
-        self.code_sections['kernels'] = corrected_average_pool_grad(
-            self.code_sections['kernels'])
+        correct(self.code_sections)
 
     def c_code_cache_version_apply(self, node):
         version = cache_version(self, node)
-        return version + ('windows corrected',) if version else version
+        return version + (version_tag,) if version else version
     op_class.__init__ = __init__
     op_class.c_code_cache_version_apply = c_code_cache_version_apply
+
+
+def _correct_average_pool_grad_sections(sections):
+    sections['kernels'] = corrected_average_pool_grad(sections['kernels'])
+
+
+def _fix_pools(gpuarray_pool):
+    _correct_c_code(gpuarray_pool.GpuAveragePoolGrad, AVERAGE_POOL_GRAD_INIT,
+                    AVERAGE_POOL_GRAD_CACHE_VERSION, _correct_average_pool_grad_sections,
+                    'windows corrected')
+    for op_class, init, version in ((gpuarray_pool.GpuPool, POOL_INIT, POOL_CACHE_VERSION),
+                                    (gpuarray_pool.GpuMaxPoolRop, POOL_ROP_INIT,
+                                     POOL_ROP_CACHE_VERSION)):
+        _correct_c_code(op_class, init, version, corrected_pool_output_shape,
+                        'output shape as Pool.out_shape')
 
 
 def _raise_kernel_build_errors(gof_op):
@@ -328,4 +401,4 @@ def install():
     importhook.after_import('theano.scalar.basic', _fix_nan_in_maximum_and_minimum)
     importhook.after_import('theano.gpuarray.elemwise', _fix_elemwise_handle)
     importhook.after_import('theano.gof.op', _raise_kernel_build_errors)
-    importhook.after_import('theano.gpuarray.pool', _fix_average_pool_grad)
+    importhook.after_import('theano.gpuarray.pool', _fix_pools)
