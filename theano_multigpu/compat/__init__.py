@@ -1,7 +1,7 @@
 """Compatibility patches: Theano 1.0.5 and Keras 1.0.1 to 1.2.2 on Python
 3.11 and today's packages (``python_fixes``, ``theano_fixes``,
-``keras_fixes``), Theano's GPU kernels (``gpu_kernels``), BLAS on OpenCL
-contexts (``opencl_blas``), and
+``keras_fixes``), Theano's GPU kernels (``gpu_kernels``), BLAS and zero fills
+on OpenCL contexts (``opencl_contexts``), and
 Theano's gpuarray backend with several contexts (``gpuarray_fixes``,
 installed once contexts are registered).
 
@@ -16,7 +16,7 @@ Graph rewrites of the package are registered through ``optimizers``.
 May import: ``theano_multigpu.config`` and the base modules (``errors``,
 ``importhook``, ``patch_targets``).
 """
-from . import gpu_kernels, keras_fixes, opencl_blas, python_fixes, theano_fixes
+from . import gpu_kernels, keras_fixes, opencl_contexts, python_fixes, theano_fixes
 
 __all__ = ['install']
 
@@ -31,7 +31,7 @@ def install():
     python_fixes.install()
     theano_fixes.install()
     gpu_kernels.install()
-    opencl_blas.install()
+    opencl_contexts.install()
     keras_fixes.install()
     _installed = True
 

@@ -17,7 +17,7 @@ import time
 cimport numpy as cnp
 from theano import gof
 
-from theano_multigpu.compat.scan_buffers import device_address, rotate_left
+from theano_multigpu.compat.scan_buffers import device_address, rotate_left, unfilled
 
 cnp.import_array()
 
@@ -239,7 +239,7 @@ def execute(op, node, list args, list outs):
                 current = outs[j][0]
                 if (current is None or current.shape[0] < store_steps[j]
                         or current.shape[1:] != shape[1:] or current.dtype != value.dtype):
-                    outs[j][0] = output_types[j].value_zeros(shape)
+                    outs[j][0] = unfilled(output_types[j], shape)
                 elif current.shape[0] != store_steps[j]:
                     outs[j][0] = current[:store_steps[j]]
                 outs[j][0][pos[j]] = value

@@ -104,6 +104,10 @@ _SCAN_EDITS = [
     (r'( *)pdx = pos\[idx\]\n.*?del tmp\n.*?del tmp\n',
      r'\1_theano_multigpu_rotate_left(outs[idx][0], pos[idx], '
      r'node.outputs[idx].type)\n', 1),
+    # Each step's output buffer is written whole by the loop: no fill (on
+    # OpenCL a fill builds a kernel at every call).
+    (r'outs\[j\]\[0\] = node\.outputs\[j\]\.type\.value_zeros\(shape\)',
+     r'outs[j][0] = _theano_multigpu_unfilled(node.outputs[j].type, shape)', 1),
 ]
 
 
@@ -121,6 +125,7 @@ def _fix_scan_on_opencl(scan_op_module):
     scan_op_module._theano_multigpu_device_address = scan_buffers.device_address
     scan_op_module._theano_multigpu_rotate_left = scan_buffers.rotate_left
     scan_op_module._theano_multigpu_host_address = scan_buffers.host_address
+    scan_op_module._theano_multigpu_unfilled = scan_buffers.unfilled
     code = compile('\n' * (first_line - 1) + source,
                    inspect.getsourcefile(execute), 'exec')
     namespace = {}
