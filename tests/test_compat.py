@@ -10,10 +10,13 @@ import json
 import os
 import subprocess
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import pytest
 
-from conftest import CHILDREN, TWO, needs_pocl, run_python
+from conftest import CHILDREN, REPO, TWO, needs_pocl, run_python
+import cl_counter  # noqa: E402 (benchmarks/, which conftest puts on sys.path)
 
 CONFIGS = {
     'shim': dict(backend='theano_multigpu', extra_env={}),
@@ -336,31 +339,72 @@ def test_a_gemv_with_beta_zero_ignores_what_its_output_held_on_pocl(home, config
 
 
 @needs_pocl
-def test_an_lstm_on_one_feature_stays_finite_on_two_contexts(home):
-    """Batch-wise on two pocl contexts, the issue's LSTM on one feature:
-    every gemv with beta 0 of its train function, the replicas' included,
-    reads zeros, and its losses over 8 steps of different batches are
-    finite."""
-    out = run(home, 'shim', flags=TWO, code='''
-        from theano.gpuarray.blas import GpuGemv
-        from keras.models import Sequential
-        from keras.layers import Dense, LSTM
+def test_the_stateful_lstm_example_on_two_contexts_builds_nothing_per_step(home, tmp_path):
+    """Keras's stateful_lstm example's model (two stateful LSTM(50) on one
+    feature, RMSprop) batch-wise on two pocl contexts, 12 batches and a
+    prediction: every gemv with beta 0 of its train function, the
+    replicas' included, reads zeros; after each function's first call no
+    OpenCL program is built (a zero fill built one at every call, 23 a
+    step); and the losses and predictions are finite and the CPU's."""
+    code = '''
+        sys.path.insert(0, os.path.join(%r, 'examples'))
+        sys.path.insert(0, os.path.join(%r, 'benchmarks'))
+        from stateful_lstm import BATCH_SIZE, build_model, gen_cosine_amp
         np.random.seed(1)
-        rng = np.random.RandomState(0)
-        x, y = rng.rand(96, 1, 1).astype('float32'), rng.rand(96, 1).astype('float32')
-        m = Sequential([LSTM(8, input_shape=(1, 1)), Dense(1)])
-        m.compile(loss='mse', optimizer='sgd')
-        losses = [float(m.train_on_batch(x[b % 4 * 24:][:24], y[b % 4 * 24:][:24]))
-                  for b in range(8)]
-        nodes = m.model.train_function.function.maker.fgraph.toposort()
-        reads = sorted(set((str(n.inputs[0].type.context_name),
-                            type(n.inputs[0].owner.op).__name__)
-                           for n in nodes if isinstance(n.op, GpuGemv)
-                           and getattr(n.inputs[4], 'data', None) == 0))
-        report(losses=losses, finite=bool(np.all(np.isfinite(losses))), reads=reads)
-    ''')
-    assert out['reads'] == [['None', 'GpuAlloc'], ['dev1', 'GpuAlloc']], out['reads']
-    assert out['finite'], out['losses']
+        model = build_model()
+        x = gen_cosine_amp(xn=12 * BATCH_SIZE).astype('float32')
+        y = np.roll(x[:, 0], -1, axis=0)
+        counted = os.environ.get('LD_PRELOAD')
+        if counted:
+            import cl_counter
+
+        def built():
+            if not counted:
+                return 0
+            counts = cl_counter.counts()
+            return counts['programs_built'] + counts['programs_linked']
+
+        losses, programs = [], []
+        for b in range(12):
+            before = built()
+            batch = slice(b * BATCH_SIZE, (b + 1) * BATCH_SIZE)
+            losses.append(float(model.train_on_batch(x[batch], y[batch])))
+            programs.append(built() - before)
+        model.reset_states()
+        predictions = []
+        for _ in range(2):
+            before = built()
+            predictions.append(model.predict(x, batch_size=BATCH_SIZE)[:, 0].tolist())
+            programs.append(built() - before)
+            model.reset_states()
+        reads = []
+        if counted:
+            from theano.gpuarray.blas import GpuGemv
+            nodes = model.model.train_function.function.maker.fgraph.toposort()
+            reads = sorted(set((str(n.inputs[0].type.context_name),
+                                type(n.inputs[0].owner.op).__name__)
+                               for n in nodes if isinstance(n.op, GpuGemv)
+                               and getattr(n.inputs[4], 'data', None) == 0))
+        report(losses=losses, predictions=predictions, programs=programs, reads=reads)
+    ''' % (REPO, REPO)
+    counter = cl_counter.build(str(tmp_path))
+    with ThreadPoolExecutor(2) as pool:
+        pocl = pool.submit(run, home, 'shim', code, flags=TWO,
+                           extra_env={'LD_PRELOAD': counter})
+        cpu = pool.submit(run, str(tmp_path), 'shim', code)
+        pocl, cpu = pocl.result(), cpu.result()
+    assert pocl['reads'] == [['None', 'GpuAlloc'], ['dev1', 'GpuAlloc']], pocl['reads']
+    # Programs: the train function's first call builds its kernels, then
+    # nothing; the predict function's first call builds, the second not.
+    assert pocl['programs'][0] > 0 and pocl['programs'][1:12] == [0] * 11, pocl['programs']
+    assert pocl['programs'][13] == 0, pocl['programs']
+    # The predictions run 300 stateful steps on inputs up to 100 (gates
+    # near saturation): pocl's and the CPU's exp and tanh differ in their
+    # last bits and the state carries that along (0.3% at most, at the end).
+    for key, rtol in (('losses', 1e-3), ('predictions', 5e-3)):
+        got, expected = np.array(pocl[key]), np.array(cpu[key])
+        assert np.all(np.isfinite(got)), (key, got)
+        np.testing.assert_allclose(got, expected, rtol=rtol, atol=1e-4, err_msg=key)
 
 
 @needs_pocl
