@@ -17,13 +17,15 @@ import collections
 
 import numpy as np
 
-__all__ = ['MODELS', 'DEEP_MODELS', 'BN_MODELS', 'SIZES', 'Case', 'build', 'set_random_weights']
+__all__ = ['MODELS', 'DEEP_MODELS', 'BN_MODELS', 'EXAMPLE_MODELS', 'SIZES', 'Case', 'build', 'set_random_weights']
 
 MODELS = ('mlp', 'cnn', 'lstm', 'functional')
 # Deeper models, for layer-wise mode (several layers to spread).
 DEEP_MODELS = ('deep_mlp', 'deep_cnn')
 # With BatchNormalization, for its synchronised and local statistics.
 BN_MODELS = ('cnn_bn',)
+# Keras's own examples (examples/): their model and data, at their batch.
+EXAMPLE_MODELS = ('stateful_lstm',)
 
 # Per size: batch and the dimensions of each model.
 SIZES = {
@@ -64,13 +66,15 @@ def build(name, size='test', seed=1234, batch=None):
     from keras.models import Model, Sequential
     from keras.optimizers import SGD, Adam, RMSprop
 
-    known = MODELS + DEEP_MODELS + BN_MODELS
+    known = MODELS + DEEP_MODELS + BN_MODELS + EXAMPLE_MODELS
     if name not in known:
         raise ValueError('build expects a model name from %s, but received %r'
                          % (known, name))
+    rng = np.random.RandomState(seed)
+    if name == 'stateful_lstm':   # one batch of the example, whatever the size
+        return _example(name, rng)
     dims = SIZES[size]
     n = batch or dims['batch']
-    rng = np.random.RandomState(seed)
     if name == 'mlp':
         inputs, hidden, classes = dims['mlp']
         model = Sequential([Dense(hidden, input_dim=inputs, activation='relu'),
@@ -150,5 +154,21 @@ def build(name, size='test', seed=1234, batch=None):
                       optimizer=SGD(lr=0.05, momentum=0.5), metrics=['accuracy'])
         x = [rng.rand(n, size_a).astype('float32'), rng.rand(n, size_b).astype('float32')]
         y = [_onehot(rng, n, 2), rng.rand(n, 1).astype('float32')]
+    set_random_weights(model, rng, 0.2)
+    return Case(name, model, x, y)
+
+
+def _example(name, rng):
+    """examples/<name>.py's model and its first batch of data."""
+    import os
+    import sys
+    examples = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                            'examples')
+    if examples not in sys.path:
+        sys.path.insert(1, examples)
+    import stateful_lstm
+    model = stateful_lstm.build_model()
+    x = stateful_lstm.gen_cosine_amp(xn=stateful_lstm.BATCH_SIZE).astype('float32')
+    y = np.roll(x[:, 0], -1, axis=0)
     set_random_weights(model, rng, 0.2)
     return Case(name, model, x, y)

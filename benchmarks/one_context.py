@@ -87,16 +87,21 @@ def shim_workers(prefix, contexts, ranks=None):
     return workers
 
 
-def models_main(argv, doc, default_models, title, measure, figures_for):
-    """The command line of a benchmark over models (--rounds, --models):
-    measure, print, record the figures and return them."""
+def models_parser(doc, default_models):
+    """The command line of a benchmark over models: --rounds, --models."""
     parser = argparse.ArgumentParser(description=doc.split('\n')[0])
     parser.add_argument('--rounds', type=int, default=20,
                         help='steps timed per configuration and model (default 20)')
     parser.add_argument('--models', default=default_models,
                         help='comma-separated, from benchmarks/models.py (default %s)'
                         % default_models)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def models_main(argv, doc, default_models, title, measure, figures_for):
+    """The command line of a benchmark over models (--rounds, --models):
+    measure, print, record the figures and return them."""
+    args = models_parser(doc, default_models).parse_args(argv)
     print(title, flush=True)
     figures = figures_for(*measure(args.rounds, args.models.split(',')))
     record(figures)

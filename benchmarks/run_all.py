@@ -11,6 +11,7 @@ import batchwise  # noqa: E402
 import layerwise  # noqa: E402
 import mpi  # noqa: E402
 import one_context  # noqa: E402
+import opencl  # noqa: E402
 import scan_cost  # noqa: E402
 import sharding  # noqa: E402
 import startup  # noqa: E402
@@ -23,6 +24,7 @@ def main():
     startup.main([])
     scan_cost.main([])
     one_context.main([])
+    opencl.main([])
     batchwise.main([])
     sharding.main([])
     batchnorm.main([])

@@ -3,7 +3,8 @@
 Driven over stdin/stdout by one_context.py, one JSON request per line:
 ``{"build": NAME}`` builds NAME (benchmarks/models.py, size 'bench') and
 runs warm-up steps (compiling); ``{"time": NAME, "steps": K}`` answers the
-seconds of each of K ``train_on_batch`` calls; ``{"compile": NAME}`` builds
+seconds of each of K ``train_on_batch`` calls (and, with benchmarks/cl_counter.py's
+library preloaded, the OpenCL programs they built); ``{"compile": NAME}`` builds
 NAME afresh and answers the seconds its train function takes to compile;
 ``{"moved": NAME}`` (under the shim) answers the bytes the shim's transfers
 moved in one step and the model's parameter bytes; ``{"placement": NAME}``
@@ -98,17 +99,31 @@ def requests():
         yield json.loads(line)
 
 
+def programs_built():
+    """OpenCL programs this process built so far; None unless
+    cl_counter's library is preloaded."""
+    if 'libclcounter' not in os.environ.get('LD_PRELOAD', ''):
+        return None
+    import cl_counter
+    counts = cl_counter.counts()
+    return counts['programs_built'] + counts['programs_linked']
+
+
 def timed_steps(case, steps):
-    """{'times': seconds of each step} (and the collectives' under MPI)."""
+    """{'times': seconds of each step} (and the collectives' under MPI,
+    the programs built where counted)."""
     if UNDER_MPI:
         from theano_multigpu.mpi import ops as mpi
         before = dict(mpi.collective_seconds)
+    programs = programs_built()
     times = []
     for _ in range(steps):
         started = time.perf_counter()
         case.model.train_on_batch(case.x, case.y)
         times.append(time.perf_counter() - started)
     answer = {'times': times}
+    if programs is not None:
+        answer['programs'] = programs_built() - programs
     if UNDER_MPI:
         answer['collectives'] = dict((k, v - before[k]) for k, v in mpi.collective_seconds.items())
     return answer

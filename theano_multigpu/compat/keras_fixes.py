@@ -1,16 +1,20 @@
-"""Keras 1.x on today's packages: keras.json, PyYAML 6, h5py 3."""
+"""Keras 1.x on today's packages (keras.json, PyYAML 6, h5py 3), and its
+recurrent layers with one unit on Theano."""
 import contextlib
 import functools
 import json
 import os
 
 from .. import importhook
-from ..patch_targets import Attributes
+from ..patch_targets import Attributes, Parameters
 
 __all__ = ['install', 'keras_config_path', 'yaml_loader_class', 'write_theano_keras_json']
 
 MODELS = Attributes('keras.models', ('model_from_yaml',),
                     'model_from_yaml (and load_model) read YAML safely and h5py 3 files')
+RECURRENT_INITIAL_STATES = Parameters(
+    'keras.layers.recurrent.Recurrent.get_initial_states', ('self', 'x'),
+    "wrapped: the initial states' unit axes are not broadcastable")
 CONTAINER = Attributes('keras.engine.topology.Container', ('load_weights',),
                        'load_weights reads h5py 3 files')
 
@@ -194,7 +198,25 @@ def _fix_topology(topology):
             setattr(container, name, _with_h5py2_group(vars(container)[name]))
 
 
+def _fix_recurrent(recurrent):
+    """A recurrent layer with one unit (``LSTM(1)``, ``GRU(1)``) failed to
+    build on Theano in Keras 1.1 to 1.2.2: its initial state, tiled from a
+    (samples, 1) column, is broadcastable along the units, the states its
+    step returns are not, and Theano's scan refuses the mismatch ("The
+    broadcast pattern of the output of scan ... is inconsistent").  Rule:
+    an initial state is broadcastable along the samples at most."""
+    get_initial_states = RECURRENT_INITIAL_STATES.check(recurrent.Recurrent.get_initial_states)
+
+    @functools.wraps(get_initial_states)
+    def unit_axes_not_broadcastable(self, x):
+        from theano import tensor
+        return [tensor.unbroadcast(state, *range(1, state.ndim))
+                for state in get_initial_states(self, x)]
+    recurrent.Recurrent.get_initial_states = unit_axes_not_broadcastable
+
+
 def install():
     importhook.before_import('keras.backend', write_theano_keras_json)
     importhook.after_import('keras.engine.topology', _fix_topology)
     importhook.after_import('keras.models', _fix_models)
+    importhook.after_import('keras.layers.recurrent', _fix_recurrent)
