@@ -17,7 +17,8 @@ import collections
 
 import numpy as np
 
-__all__ = ['MODELS', 'DEEP_MODELS', 'BN_MODELS', 'EXAMPLE_MODELS', 'SIZES', 'Case', 'build', 'set_random_weights']
+__all__ = ['MODELS', 'DEEP_MODELS', 'BN_MODELS', 'EXAMPLE_MODELS', 'SIZES', 'Case', 'build',
+           'set_random_weights']
 
 MODELS = ('mlp', 'cnn', 'lstm', 'functional')
 # Deeper models, for layer-wise mode (several layers to spread).
@@ -160,15 +161,15 @@ def build(name, size='test', seed=1234, batch=None):
 
 def _example(name, rng):
     """examples/<name>.py's model and its first batch of data."""
+    import importlib.util
     import os
-    import sys
-    examples = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                            'examples')
-    if examples not in sys.path:
-        sys.path.insert(1, examples)
-    import stateful_lstm
-    model = stateful_lstm.build_model()
-    x = stateful_lstm.gen_cosine_amp(xn=stateful_lstm.BATCH_SIZE).astype('float32')
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        'examples', name + '.py')
+    spec = importlib.util.spec_from_file_location('example_' + name, path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    model = example.build_model()
+    x = example.gen_cosine_amp(xn=example.BATCH_SIZE).astype('float32')
     y = np.roll(x[:, 0], -1, axis=0)
     set_random_weights(model, rng, 0.2)
     return Case(name, model, x, y)

@@ -558,10 +558,11 @@ def test_average_pooling_gradients_on_pocl_are_right(home):
 def test_keras_pooling_on_pocl_equals_the_cpu_for_windows_larger_than_the_input(home):
     """Keras's pool2d and pool3d on a pocl context, over pool sizes 1, 2 and
     5, strides 1 and 2, both border modes, both dim orderings, max and
-    average, forward and gradient: the shapes and numbers of Theano's CPU
-    ops.  Windows of 5 over 4 or 1 input columns have no output (0 columns);
-    GpuPool computed that shape in size_t, got 2**64 - 1 and failed to
-    allocate."""
+    average, forward and gradient, and Theano's pool_2d with
+    ignore_border=False and max pooling's R-op: the shapes and numbers of
+    Theano's CPU ops.  Windows of 5 over 4 or 1 input columns have no output
+    (0 columns); GpuPool computed that shape in size_t, got 2**64 - 1 and
+    failed to allocate."""
     out = run(home, 'compat', flags='device=opencl0:0', code='''
         import itertools
         import theano, theano.tensor as T
@@ -590,9 +591,24 @@ def test_keras_pooling_on_pocl_equals_the_cpu_for_windows_larger_than_the_input(
                     outputs += [y, theano.grad((y * y).sum(), x)]
                 cases.append('%s %s %s %s %s %d-D' % (ordering, border, size, stride, mode,
                                                      x.ndim - 2))
-        on_pocl = theano.function([x2, x3], outputs)(*values)
+        # Theano's own pool_2d with ignore_border=False (Keras never asks for
+        # it), strides below and above the window, and max pooling's R-op
+        # (GpuDownsampleFactorMaxGradGrad; GpuMaxPoolRop's kernel is CUDA C).
+        from theano.tensor.signal.pool import pool_2d
+        direction = T.tensor4()
+        values.append(rng.rand(*values[0].shape).astype('float32') - 0.5)
+        for ws, stride in (((5, 5), (2, 2)), ((5, 5), (6, 6)), ((3, 2), (1, 1))):
+            y = pool_2d(x2, ws=ws, stride=stride, ignore_border=False, mode='max')
+            outputs += [y, theano.grad((y * y).sum(), x2)]
+            cases.append('pool_2d ignore_border=False %s %s' % (ws, stride))
+        for ignore_border in (True, False):
+            y = pool_2d(x2, ws=(5, 5), stride=(2, 2), ignore_border=ignore_border, mode='max')
+            outputs += [T.Rop(y, x2, direction), T.zeros_like(x2)]
+            cases.append('R-op ignore_border=%s' % ignore_border)
+        on_pocl_function = theano.function([x2, x3, direction], outputs)
+        on_pocl = on_pocl_function(*values)
         cpu_mode = theano.compile.mode.get_default_mode().excluding('gpuarray')
-        on_cpu = theano.function([x2, x3], outputs, mode=cpu_mode)(*values)
+        on_cpu = theano.function([x2, x3, direction], outputs, mode=cpu_mode)(*values)
         wrong, empty = [], 0
         for k, case in enumerate(cases):
             for what, got, expected in zip(('output', 'gradient'), on_pocl[2 * k:2 * k + 2],
@@ -602,10 +618,12 @@ def test_keras_pooling_on_pocl_equals_the_cpu_for_windows_larger_than_the_input(
                 if got.shape != expected.shape or not np.allclose(got, expected, atol=1e-5):
                     wrong.append('%s %s: %s against %s' % (case, what, got.shape,
                                                            expected.shape))
-        report(cases=len(cases), wrong=wrong, empty=int(empty))
+        ops = set(type(n.op).__name__ for n in on_pocl_function.maker.fgraph.toposort())
+        report(cases=len(cases), wrong=wrong, empty=int(empty), ops=sorted(ops))
     ''')
-    assert out['cases'] == 92 and out['wrong'] == [], out
+    assert out['cases'] == 97 and out['wrong'] == [], out
     assert out['empty'] >= 8, out   # windows larger than the input were drawn
+    assert {'GpuPool', 'GpuDownsampleFactorMaxGradGrad'} <= set(out['ops']), out['ops']
 
 
 @needs_pocl

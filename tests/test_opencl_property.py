@@ -67,5 +67,6 @@ def test_two_pocl_contexts_equal_the_cpu_with_dimensions_of_one(workers, spec):
         assert np.all(np.isfinite(two[key])), (spec, key, two[key])
         np.testing.assert_allclose(two[key], cpu[key], rtol=1e-4, atol=1e-5,
                                    err_msg='%s %s' % (key, spec))
+    assert len(two['weights']) == len(cpu['weights']), spec
     for mine, theirs in zip(two['weights'], cpu['weights']):
         np.testing.assert_allclose(mine, theirs, rtol=1e-4, atol=1e-5, err_msg=str(spec))

@@ -23,12 +23,14 @@ not (``average_exc_pad``, Keras's AveragePooling with border_mode='same').
 Its kernels now read each window's own gradient and size it as the
 forward pass does.
 
-GpuPool (and GpuMaxPoolRop) computed the output's shape in size_t: a window
-larger than the input wrapped to 2**64 - 1 windows, and the allocation
-failed.  The shape is now Pool.out_shape's (0 windows there), and an empty
-output launches no kernel.
+GpuPool and GpuMaxPoolRop compute their output's shape as Pool.out_shape
+does (floor division, never fewer than 0 windows: Theano's macro computed
+it in size_t, so a window larger than the input wrapped to 2**64 - 1 and
+the allocation failed), and launch no kernel for an empty output.
 """
-from ..errors import KernelBuildError
+import hashlib
+
+from ..errors import KernelBuildError, PatchTargetError
 from ..patch_targets import Parameters, SourceDigest
 
 __all__ = ['install', 'kernel_build_log', 'corrected_average_pool_grad']
@@ -197,7 +199,6 @@ _AVERAGE_3D_FIXED = """          const ga_size window = (pd*pooled_height + ph)*
 def corrected_average_pool_grad(kernels):
     """pool_ave_grad.c's kernels section, corrected (see the module
     docstring); PatchTargetError when it is not Theano 1.0.5's."""
-    from ..errors import PatchTargetError
     if kernels.count(_AVERAGE_2D) != 1 or kernels.count(_AVERAGE_3D) != 1:
         raise PatchTargetError(
             "theano_multigpu corrects the kernels of theano/gpuarray/c_code/pool_ave_grad.c "
@@ -207,9 +208,9 @@ def corrected_average_pool_grad(kernels):
                                                                    _AVERAGE_3D_FIXED)
 
 
-# pool.c's and pool_max_rop.c's output shape, as Theano 1.0.5 ships it: in
-# size_t, so a window larger than the input (5 over 4 columns) wrapped to
-# 2**64 - 1 and the allocation failed.
+# pool.c's and pool_max_rop.c's output shape, as Theano 1.0.5 ships it (in
+# size_t: a window larger than the input wraps), and as Pool.out_shape
+# computes it.
 _OUTPUT_DIMS = """#define OUTPUT_DIMS(in_dim, ws, st, ignore_border)        \\
   (ignore_border ? (in_dim - ws)/st + 1 :                 \\
    (st > ws ? (in_dim - 1)/st + 1 :                       \\
@@ -226,7 +227,7 @@ static inline size_t pool_output_dim(ssize_t in, ssize_t ws, ssize_t st, int ign
 }
 #define OUTPUT_DIMS(in_dim, ws, st, ignore_border) \\
   pool_output_dim((ssize_t)(in_dim), (ssize_t)(ws), (ssize_t)(st), (ignore_border))"""
-# An empty output launches no kernel (OpenCL refuses a global size of 0).
+# An empty output has nothing to compute: no kernel is launched.
 _LAUNCH_SIZES = ('size_t num_kernels = z_dims[0] * z_dims[1] * z_dims[2] * z_dims[3];',
                  'size_t num_kernels = z_dims[0] * z_dims[1] * z_dims[2] * z_dims[3] * z_dims[4];')
 
@@ -234,22 +235,30 @@ _LAUNCH_SIZES = ('size_t num_kernels = z_dims[0] * z_dims[1] * z_dims[2] * z_dim
 def corrected_pool_output_shape(sections):
     """Correct pool.c's or pool_max_rop.c's sections in place (see
     _OUTPUT_DIMS); PatchTargetError when they are not Theano 1.0.5's."""
-    from ..errors import PatchTargetError
     support, struct = sections['support_code'], sections['support_code_struct']
-    if support.count(_OUTPUT_DIMS) != 1 or any(struct.count(s) != 1 for s in _LAUNCH_SIZES):
+    found = [support.count(_OUTPUT_DIMS)] + [struct.count(s) for s in _LAUNCH_SIZES]
+    if found != [1] * len(found):
         raise PatchTargetError(
             "theano_multigpu corrects the output shape in theano/gpuarray/c_code/pool.c and "
-            "pool_max_rop.c and expects Theano 1.0.5's code, but it differs. Install Theano "
-            "1.0.5 (pip install theano==1.0.5), or report the version you need.")
+            "pool_max_rop.c and expects Theano 1.0.5's code: its OUTPUT_DIMS macro and its 2 "
+            "kernel launch sizes once each; found them %s times. Install Theano 1.0.5 (pip "
+            "install theano==1.0.5), or report the version you need." % found)
     sections['support_code'] = support.replace(_OUTPUT_DIMS, _OUTPUT_DIMS_FIXED)
     for launch in _LAUNCH_SIZES:
         struct = struct.replace(launch, launch + '\n      if (num_kernels == 0) return 0;')
     sections['support_code_struct'] = struct
 
+
+def code_digest(sections):
+    """The first 16 hex digits of the SHA-256 of an op's C code sections."""
+    text = '\n'.join('%s\n%s' % (name, sections[name]) for name in sorted(sections))
+    return hashlib.sha256(text.encode('utf8')).hexdigest()[:16]
+
+
 def _correct_c_code(op_class, init_expectation, version_expectation, correct, version_tag):
     """Every instance of ``op_class`` gets its C code sections corrected by
-    ``correct`` (a function of the sections dict) after loading, and a cache
-    key of its own."""
+    ``correct`` (a function of the sections dict) after loading; its cache
+    key holds ``version_tag`` and the digest of the code it compiles."""
     init = init_expectation.check(op_class.__init__)
     cache_version = version_expectation.check(op_class.c_code_cache_version_apply)
 
@@ -259,7 +268,9 @@ def _correct_c_code(op_class, init_expectation, version_expectation, correct, ve
 
     def c_code_cache_version_apply(self, node):
         version = cache_version(self, node)
-        return version + (version_tag,) if version else version
+        if not version:
+            return version
+        return version + (version_tag, code_digest(self.code_sections))
     op_class.__init__ = __init__
     op_class.c_code_cache_version_apply = c_code_cache_version_apply
 

@@ -21,8 +21,8 @@ def unfilled(buffer_type, shape):
     ``shape``, its contents undefined.  Rule: only for a buffer the loop
     writes whole before it is read (each step's output, a rotation's
     temporary); Scan zeroes the rows a shortened loop left unwritten before
-    it returns them.  Theano's value_zeros filled such buffers first: on
-    OpenCL each fill builds a kernel (libgpuarray's memset)."""
+    it returns them.  No fill: on OpenCL a fill builds a kernel
+    (libgpuarray's memset)."""
     context = getattr(buffer_type, 'context', None)
     if context is not None:
         import pygpu
