@@ -101,6 +101,22 @@ def _rows_of(whole, axis, bounds, batch_size):
     return checked[(slice(None),) * axis + (slice(start, stop),)]
 
 
+def without_batch_size(op):
+    """``op``, or a copy of it that does not claim the batch's size: a
+    replica computes some of the rows.  Rule: an op's static shape hints
+    (the convolutions' ``imshp``, whose first entry Keras fills from a fixed
+    ``batch_shape`` or a Deconvolution2D's ``output_shape``) leave the rows'
+    count unknown; Theano would otherwise fold the whole batch's count into
+    the replica's shapes (a Flatten after it reshaping 4 rows as 8)."""
+    from theano.tensor.nnet.abstract_conv import BaseAbstractConv
+    if isinstance(op, BaseAbstractConv) and op.imshp is not None and op.imshp[0] is not None:
+        import copy
+        copied = copy.copy(op)
+        copied.imshp = (None,) + tuple(op.imshp[1:])
+        return copied
+    return op
+
+
 def _replica(frontier, inputs, context, bounds, whole, batch_size):
     """The Rebuilder of one replica: replacements that make ``frontier``
     compute on ``context`` (HOST: on
@@ -131,7 +147,7 @@ def _replica(frontier, inputs, context, bounds, whole, batch_size):
         # replacement's own graph is not searched for keys).
         source = replaced([variable], placed_replacements(gof.graph.inputs([variable])))[0]
         replace[variable] = place(_rows_of(source, axis, bounds, batch_size))
-    return Rebuilder(replace)
+    return Rebuilder(replace, rebuilt_op=without_batch_size)
 
 
 def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, describe=None,

@@ -35,10 +35,13 @@ class Rebuilder(object):
     others the rebuilt node's.
     """
 
-    def __init__(self, replace=None):
+    def __init__(self, replace=None, rebuilt_op=None):
         # id(original variable): (the original, kept alive so its id is not
         # reused; what the rewritten graph reads for it)
         self._read_as = {}
+        # rebuilt_op(op): the op a rebuilt node applies instead of ``op``
+        # (the same op, or a copy without what the rewrite made untrue).
+        self._rebuilt_op = rebuilt_op
         for key, value in (replace or {}).items():
             self.add(key, value)
 
@@ -60,7 +63,9 @@ class Rebuilder(object):
             inputs = [self._read(v) for v in node.inputs]
             new = node
             if any(a is not b for a, b in zip(inputs, node.inputs)):
-                new = node.clone_with_new_inputs(inputs, strict=False)
+                op = self._rebuilt_op(node.op) if self._rebuilt_op else node.op
+                new = (node.clone_with_new_inputs(inputs, strict=False) if op is node.op
+                       else op.make_node(*inputs))
             for old, rebuilt in zip(node.outputs, new.outputs):
                 self._read_as.setdefault(id(old), (old, rebuilt))
         return [self._read(v) for v in outputs]

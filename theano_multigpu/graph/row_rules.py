@@ -55,7 +55,7 @@ def _depends(count):
     if count is None:
         return False
     degrees = [count[1]] if count[0] == 'count' else count[1]
-    return any(d != 0 for d in degrees)
+    return degrees is None or any(d != 0 for d in degrees)   # None: unknown
 
 
 def _const(variable):
@@ -227,7 +227,13 @@ def _combine(scalar_op, degrees, scalar):
 def _unsplit(node, ins, per_slice):
     """Facts of an op no rows reach: shapes, counts, draws, allocations."""
     from theano import tensor
+    from theano.compile.ops import Shape, Shape_i
     random = any(f.random for f in ins)
+    if isinstance(node.op, (Shape, Shape_i)) and not any(f.sized or f.count for f in ins):
+        # The shape of data no rows reach (a draw of a fixed shape, as
+        # Embedding's word dropout makes) does not count them.
+        return [Facts(count=('shape', [0] * node.inputs[0].ndim) if isinstance(node.op, Shape)
+                      else ('count', 0))], []
     if isinstance(node.op, (tensor.Alloc, tensor.AllocEmpty)):
         shape = ins[1:] if isinstance(node.op, tensor.Alloc) else ins
         shape_vars = node.inputs[1:] if isinstance(node.op, tensor.Alloc) else node.inputs
