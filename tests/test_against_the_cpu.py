@@ -68,6 +68,7 @@ def test_two_pocl_contexts_equal_the_cpu_with_dimensions_of_one(workers, spec):
     cpu, two = workers['cpu'].answer(), workers['two'].answer()
     assert_equal_to_the_cpu(two, cpu, spec)
 
+
 def assert_equal_to_the_cpu(two, cpu, what):
     for key in ('losses', 'predictions'):
         assert np.all(np.isfinite(two[key])), (what, key, two[key])
@@ -78,13 +79,15 @@ def assert_equal_to_the_cpu(two, cpu, what):
         np.testing.assert_allclose(mine, theirs, rtol=1e-4, atol=1e-5, err_msg=str(what))
 
 
-@pytest.mark.parametrize('name', ['word_dropout', 'deconvolution_fixed_batch'])
+@pytest.mark.parametrize('name', ['word_dropout', 'deconvolution_fixed_batch',
+                                  'conv_lstm_fixed_batch'])
 def test_keras_patterns_that_stopped_batch_wise_train_as_on_one_device(workers, name):
     """Embedding's word dropout (the row analysis failed with a TypeError:
     the shape of a draw over the vocabulary was unknown to it), and a
     Deconvolution2D whose output_shape carries the batch size on a fixed
     batch_shape (each replica's convolution claimed the whole batch's 8
-    rows, and Theano reshaped 4 rows as 8 at the first step)."""
+    rows, and Theano reshaped 4 rows as 8 at the first step), and
+    ConvLSTM2D on a fixed batch_input_shape (the same, inside its loop)."""
     request = {'named': name, 'train_steps': TRAIN_STEPS}
     for worker in workers.values():
         worker.send(request)

@@ -25,7 +25,7 @@ def analysed(tmp_path_factory):
 
 
 LAYER_MODELS = ['dense', 'conv2d', 'conv1d', 'conv3d', 'conv3d2d', 'deconv', 'recurrent',
-                'stateful', 'convlstm', 'merge']
+                'stateful', 'convlstm', 'word_dropout', 'merge']
 
 
 @pytest.mark.parametrize('name', LAYER_MODELS)
@@ -42,7 +42,8 @@ def test_what_the_split_needs_is_found(analysed):
     assert analysed['recurrent']['whole'] > 0
     assert analysed['conv2d']['synced'] == 1
     assert analysed['conv2d']['checks'] > 0 and analysed['conv1d']['checks'] > 0
-    for name in ('conv3d', 'conv3d2d', 'deconv', 'stateful', 'convlstm', 'merge'):
+    for name in ('conv3d', 'conv3d2d', 'deconv', 'stateful', 'convlstm', 'word_dropout',
+                 'merge'):
         assert analysed[name] == {'whole': 0, 'synced': 0, 'checks': 0}, name
 
 
@@ -56,6 +57,10 @@ REFUSED = {
     'unknown': ('DiffOp{n=1, axis=1}', 'is an op theano_multigpu has no rule for'),
     # Keras 1.0's Convolution3D takes them along time, never the rows.
     'diagonal': ('DiagonalSubtensor', "takes diagonals across the batch's rows"),
+    # The shape of a draw of the batch's shape counts the rows.
+    'draw_counted': ('Elemwise{true_div,no_inplace}', "meets the rows with a tensor made "
+                     "from the whole batch's shape (a count, range or draw of it) other than "
+                     "row by row"),
     # A layer's output is joined from the replicas' pieces along axis 0.
     'transposed': ('InplaceDimShuffle{1,0}', "returns a tensor that does not hold the "
                    "batch's rows on its first axis (they are on axis 1)"),

@@ -75,7 +75,22 @@ def deconvolution_fixed_batch(rng):
             rng.rand(batch, 1).astype('float32'))
 
 
-NAMED = {'word_dropout': word_dropout, 'deconvolution_fixed_batch': deconvolution_fixed_batch}
+def conv_lstm_fixed_batch(rng):
+    """ConvLSTM2D on an input of a fixed batch_input_shape (its loop's
+    convolutions carry the batch size), then Flatten."""
+    from keras.layers import ConvLSTM2D, Dense, Flatten
+    from keras.models import Sequential
+    batch = 6
+    model = Sequential([ConvLSTM2D(2, 3, 3, batch_input_shape=(batch, 2, 1, 4, 4),
+                                   border_mode='same', dim_ordering='th'),
+                        Flatten(), Dense(1)])
+    model.compile(loss='mse', optimizer='sgd')
+    return (model, rng.rand(batch, 2, 1, 4, 4).astype('float32'),
+            rng.rand(batch, 1).astype('float32'))
+
+
+NAMED = {'word_dropout': word_dropout, 'deconvolution_fixed_batch': deconvolution_fixed_batch,
+         'conv_lstm_fixed_batch': conv_lstm_fixed_batch}
 
 
 def drawn(spec, rng):

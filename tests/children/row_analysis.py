@@ -77,6 +77,9 @@ def layer_models():
         TimeDistributed(Dense(3))])
     yield 'convlstm', Sequential([ConvLSTM2D(2, 3, 3, input_shape=(3, 1, 6, 6),
                                              border_mode='same', **TH)])
+    # Embedding's word dropout: a draw over the vocabulary, not the rows.
+    yield 'word_dropout', Sequential([Embedding(10, 4, input_length=6, dropout=0.2),
+                                      LSTM(3)])
     a, b = Input((4,)), Input((4,))
     merged = [merge([a, b], mode=mode) for mode in ('sum', 'mul', 'concat', 'ave', 'max',
                                                     'cos', 'dot')]
@@ -97,6 +100,8 @@ LAMBDAS = {
     'unknown': 'T.extra_ops.diff(x, axis=1)',
     'transposed': 'K.transpose(x)',
     'diagonal': 'conv3d2d.diagonal_subtensor(x, 0, 1)',
+    # The count of a draw of the batch's shape is the rows' count.
+    'draw_counted': "x / K.cast(K.shape(K.random_binomial(K.shape(x)))[0], 'float32')",
 }
 
 

@@ -104,16 +104,23 @@ def _rows_of(whole, axis, bounds, batch_size):
 def without_batch_size(op):
     """``op``, or a copy of it that does not claim the batch's size: a
     replica computes some of the rows.  Rule: an op's static shape hints
-    (the convolutions' ``imshp``, whose first entry Keras fills from a fixed
-    ``batch_shape`` or a Deconvolution2D's ``output_shape``) leave the rows'
-    count unknown; Theano would otherwise fold the whole batch's count into
-    the replica's shapes (a Flatten after it reshaping 4 rows as 8)."""
+    leave the rows' count unknown, inside loops too.  The convolutions'
+    ``imshp`` is such a hint, whose first entry Keras fills from a
+    Deconvolution2D's ``output_shape`` and, in ConvLSTM2D's loop, from a
+    fixed ``batch_input_shape``; Theano would otherwise fold the whole
+    batch's count into the replica's shapes (a Flatten after it reshaping
+    4 rows as 8)."""
+    from theano.scan_module.scan_op import Scan
     from theano.tensor.nnet.abstract_conv import BaseAbstractConv
     if isinstance(op, BaseAbstractConv) and op.imshp is not None and op.imshp[0] is not None:
         import copy
         copied = copy.copy(op)
         copied.imshp = (None,) + tuple(op.imshp[1:])
         return copied
+    if isinstance(op, Scan):
+        inner = Rebuilder(rebuilt_op=without_batch_size)(op.outputs)
+        if any(a is not b for a, b in zip(inner, op.outputs)):
+            return Scan(op.inputs, inner, dict(op.info))
     return op
 
 

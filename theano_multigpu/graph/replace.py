@@ -39,8 +39,9 @@ class Rebuilder(object):
         # id(original variable): (the original, kept alive so its id is not
         # reused; what the rewritten graph reads for it)
         self._read_as = {}
-        # rebuilt_op(op): the op a rebuilt node applies instead of ``op``
-        # (the same op, or a copy without what the rewrite made untrue).
+        # rebuilt_op(op): the op a node applies in the rewritten graph (the
+        # same op, or a copy without what the rewrite made untrue: a node
+        # whose op changes is rebuilt, whatever it reads).
         self._rebuilt_op = rebuilt_op
         for key, value in (replace or {}).items():
             self.add(key, value)
@@ -61,11 +62,12 @@ class Rebuilder(object):
                 if variable.owner is None:
                     self._read_as.setdefault(id(variable), (variable, variable))
             inputs = [self._read(v) for v in node.inputs]
+            op = self._rebuilt_op(node.op) if self._rebuilt_op else node.op
             new = node
-            if any(a is not b for a, b in zip(inputs, node.inputs)):
-                op = self._rebuilt_op(node.op) if self._rebuilt_op else node.op
-                new = (node.clone_with_new_inputs(inputs, strict=False) if op is node.op
-                       else op.make_node(*inputs))
+            if op is not node.op:
+                new = _applied(op, node, inputs)
+            elif any(a is not b for a, b in zip(inputs, node.inputs)):
+                new = node.clone_with_new_inputs(inputs, strict=False)
             for old, rebuilt in zip(node.outputs, new.outputs):
                 self._read_as.setdefault(id(old), (old, rebuilt))
         return [self._read(v) for v in outputs]
@@ -99,3 +101,18 @@ class Rebuilder(object):
                 if owner is not None and id(owner) not in visited:
                     stack.append((owner, False))
         return order
+
+
+def _applied(op, node, inputs):
+    """``op`` applied to ``inputs`` in place of ``node``: its tag, and its
+    outputs' names and creation traces, are ``node``'s (as
+    ``clone_with_new_inputs`` keeps them)."""
+    import copy
+    new = op.make_node(*inputs)
+    new.tag = copy.copy(node.tag).__update__(new.tag)
+    for old, output in zip(node.outputs, new.outputs):
+        output.name = old.name
+        trace = getattr(old.tag, 'trace', None)
+        if trace:
+            output.tag.trace = trace
+    return new

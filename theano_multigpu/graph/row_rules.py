@@ -555,7 +555,8 @@ def _ifelse_rule(node, ins, per_slice, walk):
         if then.rows is not None and other.rows is not None and then.rows != other.rows \
                 or (then.rows is None) != (other.rows is None):
             return [], 'chooses between tensors with and without the batch\'s rows'
-        outs.append(Facts(rows=then.rows, random=then.random or other.random))
+        outs.append(Facts(rows=then.rows, random=then.random or other.random,
+                          sized=then.sized or other.sized))
     return outs, []
 
 
@@ -598,9 +599,9 @@ def _scan_rule(node, ins, per_slice, walk):
         if any(carried[id(v)].rows != out.rows for v in taps):
             return [], 'carries the batch\'s rows from step to step on another axis'
     looped = len(args.inner_out_mit_sot + args.inner_out_sit_sot + args.inner_out_nit_sot)
-    outs = [Facts(rows=None if f.rows is None else f.rows + 1, random=f.random)
+    outs = [Facts(rows=None if f.rows is None else f.rows + 1, random=f.random, sized=f.sized)
             for f in out_facts[:looped]]
-    outs += [Facts(rows=f.rows, random=f.random) for f in out_facts[looped:]]
+    outs += [Facts(rows=f.rows, random=f.random, sized=f.sized) for f in out_facts[looped:]]
     return outs, []
 
 
