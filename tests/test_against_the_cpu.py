@@ -23,7 +23,7 @@ from conftest import CHILDREN, TEST_COMPILE_FLAGS, TWO, needs_pocl
 from one_context import Worker  # noqa: E402  (benchmarks/, on the path through conftest)
 
 pytestmark = needs_pocl
-EXAMPLES, TRAIN_STEPS = 4, 3
+EXAMPLES, TRAIN_STEPS = 3, 3
 
 
 @pytest.fixture(scope='module')
