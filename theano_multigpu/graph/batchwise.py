@@ -101,30 +101,43 @@ def _rows_of(whole, axis, bounds, batch_size):
     return checked[(slice(None),) * axis + (slice(start, stop),)]
 
 
-def without_batch_size(op):
-    """``op``, or a copy of it that does not claim the batch's size: a
-    replica computes some of the rows.  Rule: an op's static shape hints
+class WithoutBatchSize(object):
+    """Ops that do not claim the batch's size, for one rewrite's replicas:
+    a replica computes some of the rows.  Rule: an op's static shape hints
     leave the rows' count unknown, inside loops too.  The convolutions'
     ``imshp`` is such a hint, whose first entry Keras fills from a
     Deconvolution2D's ``output_shape`` and, in ConvLSTM2D's loop, from a
     fixed ``batch_input_shape``; Theano would otherwise fold the whole
     batch's count into the replica's shapes (a Flatten after it reshaping
-    4 rows as 8)."""
-    from theano.scan_module.scan_op import Scan
-    from theano.tensor.nnet.abstract_conv import BaseAbstractConv
-    if isinstance(op, BaseAbstractConv) and op.imshp is not None and op.imshp[0] is not None:
-        import copy
-        copied = copy.copy(op)
-        copied.imshp = (None,) + tuple(op.imshp[1:])
-        return copied
-    if isinstance(op, Scan):
-        inner = Rebuilder(rebuilt_op=without_batch_size)(op.outputs)
-        if any(a is not b for a, b in zip(inner, op.outputs)):
-            return Scan(op.inputs, inner, dict(op.info))
-    return op
+    4 rows as 8).  Each op is looked at once for all the replicas."""
+
+    def __init__(self):
+        self._done = {}   # id(op): (op, kept alive so its id is not reused; its version)
+
+    def __call__(self, op):
+        """``op``, or a copy of it without the batch's size."""
+        if id(op) not in self._done:
+            self._done[id(op)] = (op, self._without(op))
+        return self._done[id(op)][1]
+
+    def _without(self, op):
+        from theano.scan_module.scan_op import Scan
+        from theano.tensor.nnet.abstract_conv import BaseAbstractConv
+        if isinstance(op, BaseAbstractConv) and op.imshp is not None and op.imshp[0] is not None:
+            import copy
+            copied = copy.copy(op)
+            copied.imshp = (None,) + tuple(op.imshp[1:])
+            return copied
+        # A loop of Keras's graph (Theano moves loops to GPUs later, with
+        # types of their own).
+        if isinstance(op, Scan) and not op.info.get('gpua'):
+            inner = Rebuilder(rebuilt_op=self)(op.outputs)
+            if any(a is not b for a, b in zip(inner, op.outputs)):
+                return Scan(op.inputs, inner, dict(op.info))
+        return op
 
 
-def _replica(frontier, inputs, context, bounds, whole, batch_size):
+def _replica(frontier, inputs, context, bounds, whole, batch_size, without_batch_size):
     """The Rebuilder of one replica: replacements that make ``frontier``
     compute on ``context`` (HOST: on
     the host, as Theano places it): each batch input sliced and moved there,
@@ -132,7 +145,8 @@ def _replica(frontier, inputs, context, bounds, whole, batch_size):
     made for the whole batch (``whole``: [(variable, rows axis)], e.g. a
     random draw of the batch's shape, or a stateful layer's states) read as
     its rows of the one tensor one context would compute: a generator's
-    state advances once."""
+    state advances once.  ``without_batch_size``: the ops it applies
+    (WithoutBatchSize)."""
     start, stop = bounds
 
     def place(x):
@@ -204,8 +218,10 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
     # Each replica's graph is built once, piece by piece: a synchronised
     # batch normalisation reads every replica's rows, and every later layer
     # of every replica reads its statistics.
+    without_batch_size = WithoutBatchSize()
     replicas = [_replica(frontier, inputs, context, bounds,
-                         whole + [(read, 0) for read in state_reads], batch_size)
+                         whole + [(read, 0) for read in state_reads], batch_size,
+                         without_batch_size)
                 for context, bounds in zip(contexts,
                                            gather.replica_bounds(batch_size, len(contexts)))]
     for node in synced:   # in graph order: a later one reads an earlier one's output

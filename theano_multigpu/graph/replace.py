@@ -25,10 +25,10 @@ class Rebuilder(object):
     (a replica's layers, then what reads their whole batch) builds no node
     twice.
 
-    Only the nodes that read a key, or a rebuilt node's output, are
-    rebuilt; the values are used as they are (their own graphs are not
-    searched for keys), and the nodes that read neither are shared with the
-    original graph.  Types may change (a value on a context for a host
+    Only the nodes that read a key or a rebuilt node's output, or whose op
+    ``rebuilt_op`` changes, are rebuilt; the values are used as they are
+    (their own graphs are not searched for keys), and the other nodes are
+    shared with the original graph.  Types may change (a value on a context for a host
     tensor): a rebuilt node is made anew where they do.  A key may be one
     output of a node whose other outputs are read (BatchNormalization's
     normalised tensor and its statistics): the key reads its value, the
