@@ -18,7 +18,7 @@ import ctypes
 import os
 import subprocess
 
-__all__ = ['COUNTED', 'build', 'counts']
+__all__ = ['COUNTED', 'build', 'counts', 'programs']
 
 # What is counted: an entry point, and the name of its count.  libgpuarray
 # builds a program with clCompileProgram and clLinkProgram (its header and
@@ -124,3 +124,10 @@ def counts():
         raise RuntimeError('cl_counter.counts() needs the counting library preloaded: run the '
                            'process with LD_PRELOAD=<cl_counter.build(directory)>; LD_PRELOAD '
                            'is %r' % os.environ.get('LD_PRELOAD'))
+
+
+def programs():
+    """The OpenCL programs this process built so far: built whole, or
+    compiled and linked (libgpuarray's way); RuntimeError as ``counts``."""
+    found = counts()
+    return found['programs_built'] + found['programs_linked']
