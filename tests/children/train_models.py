@@ -212,6 +212,50 @@ def build(name, rng, n):
         model.compile(loss=contrastive_loss, optimizer=SGD(lr=0.05, momentum=0.9))
         x = [rng.rand(n, 6).astype('float32'), rng.rand(n, 6).astype('float32')]
         y = rng.randint(0, 2, (n, 1)).astype('float32')
+    elif name == 'rows_meet':
+        # Lambdas whose ops make the batch's rows meet, side by side: each
+        # is computed over the whole batch, as one device computes it.
+        import keras.backend as K
+        import theano
+        import theano.tensor as T
+        from keras.layers import Lambda
+
+        def centre(h):   # a reduction over the rows
+            return h - K.mean(h, axis=0, keepdims=True)
+
+        def whiten(h):   # statistics fed back to each row
+            return (h - K.mean(h, axis=0)) / K.sqrt(K.var(h, axis=0) + 0.5)
+
+        def similarity(h):   # every row scored against every other
+            return K.dot(K.softmax(K.dot(h, K.transpose(h))), h)
+
+        def counted(h):   # K.shape(x)[0] as a number
+            return h * K.cast(K.shape(h)[0], 'float32') / 10
+
+        def regrouped(h):   # each row as two, then two as one again
+            return K.reshape(K.reshape(h, (-1, 3)), (-1, 6))
+
+        def one_hot(h):   # K.one_hot of each row's argmax (no gradient)
+            return K.one_hot(K.argmax(h, axis=1), 6) + h
+
+        def looped(h):   # a loop over the rows
+            return theano.scan(lambda row, total: total + row, sequences=h,
+                               outputs_info=T.zeros_like(h[0]))[0]
+
+        lambdas = [centre, whiten, similarity, counted, regrouped, one_hot, looped,
+                   lambda h: h[::-1], lambda h: h[0:], lambda h: h * K.max(h, axis=0),
+                   lambda h: T.extra_ops.fill_diagonal(h, 0.)]
+        names = ['centre', 'whiten', 'similarity', 'counted', 'regrouped', 'one_hot', 'looped',
+                 'reversed', 'head', 'row_max', 'no_rule']
+        inputs = Input(shape=(4,))
+        hidden = Dense(6, activation='tanh')(inputs)
+        met = [Lambda(f, output_shape=lambda s: s, name=n)(hidden)
+               for f, n in zip(lambdas, names)]
+        out = Dense(3, activation='softmax')(merge(met, mode='concat'))
+        model = Model(inputs, out)
+        model.compile(loss='categorical_crossentropy', optimizer=SGD(lr=0.1))
+        x = rng.rand(n, 4).astype('float32')
+        y = np.eye(3)[rng.randint(0, 3, n)].astype('float32')
     else:
         raise SystemExit('unknown model %r' % name)
     set_random_weights(model, rng, 0.3)

@@ -29,6 +29,7 @@ from .placed import (PlacedVariable, check_no_placeholder, host_view, placed_rep
 from .replace import Rebuilder, replaced
 from .rows import find_rows_meeting, slice_bounds
 from .transfer import HOST, on_context
+from .whole_batch import WholeBatch, join_on_master, moved, rows_back, rows_first, rows_of
 
 __all__ = ['LocalGather', 'find_frontier', 'rewrite', 'Split', 'SplitFunction']
 
@@ -87,18 +88,6 @@ def _state_reads(frontier, state_ids):
         if isinstance(node.op, HostFromGpu) and id(node.inputs[0]) in state_ids:
             reads.append(node.outputs[0])
     return reads
-
-
-def _rows_of(whole, axis, bounds, batch_size):
-    """``whole``'s rows ``bounds`` along ``axis``, checked to number the
-    batch's rows (one device refuses a tensor of other rows too)."""
-    start, stop = bounds
-    rows = whole.shape[axis]
-    checked = Assert('batch-wise mode: a tensor made for a fixed batch size (a stateful '
-                     "layer's states, a random draw or a constant of the batch's shape) "
-                     'meets a batch of another size, which one device refuses too')(
-        whole, tensor.eq(rows, batch_size))
-    return checked[(slice(None),) * axis + (slice(start, stop),)]
 
 
 class WithoutBatchSize(object):
@@ -167,7 +156,7 @@ def _replica(frontier, inputs, context, bounds, whole, batch_size, without_batch
         # What it reads of a sharded weight, read where the weight lives (a
         # replacement's own graph is not searched for keys).
         source = replaced([variable], placed_replacements(gof.graph.inputs([variable])))[0]
-        replace[variable] = place(_rows_of(source, axis, bounds, batch_size))
+        replace[variable] = place(rows_of(source, axis, bounds, batch_size))
     return Rebuilder(replace, rebuilt_op=without_batch_size)
 
 
@@ -186,8 +175,8 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
     replica reads its rows and computes their new value, joined like a
     layer output; ``sync_batchnorm``: batch normalisation uses the whole
     batch's statistics (else each replica's).  The mesh's contexts (or the
-    host, if it has none) each compute their share.  Raises RowsMeetError,
-    before compiling, where the split would change the numbers.
+    host, if it has none) each compute their share; where the batch's rows
+    meet, the master computes over the whole batch (``whole_batch``).
     """
     gather = gather or LocalGather()
     update_values = [new for _, new in updates]
@@ -211,26 +200,73 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
         return _unsplit(outputs, updates)
     state_reads = _state_reads(frontier, state_ids)
     describe = describe or (lambda node: (None, False))
-    whole, synced, checks = find_rows_meeting(batch_inputs + state_reads, frontier, describe,
-                                              sync_batchnorm)
+    found = find_rows_meeting(batch_inputs + state_reads, frontier, describe, sync_batchnorm)
     batch_size = batch_inputs[0].shape[0]
     contexts = [mesh.graph_name(name) for name in mesh.names] or [HOST]
-    # Each replica's graph is built once, piece by piece: a synchronised
-    # batch normalisation reads every replica's rows, and every later layer
-    # of every replica reads its statistics.
+    master = HOST if contexts == [HOST] else mesh.graph_name(mesh.master)
+    # What a replica reads of a whole-batch value (its rows of a tensor
+    # computed over the whole batch) is read once that value is built.
+    after_whole = _downstream(frontier, [v for w in found.computed_whole
+                                         for v in w.node.outputs])
+    operands = found.whole + [(read, 0) for read in state_reads]
+    sliced_first = [(v, axis) for v, axis in operands if id(v) not in after_whole]
+    sliced_later = [(v, axis) for v, axis in operands if id(v) in after_whole]
+    # Each replica's graph is built once, piece by piece, in graph order:
+    # a synchronised batch normalisation or a whole-batch op reads every
+    # replica's rows, and every later layer of every replica reads its
+    # result.
     without_batch_size = WithoutBatchSize()
-    replicas = [_replica(frontier, inputs, context, bounds,
-                         whole + [(read, 0) for read in state_reads], batch_size,
+    bounds = gather.replica_bounds(batch_size, len(contexts))
+    replicas = [_replica(frontier, inputs, context, rows, sliced_first, batch_size,
                          without_batch_size)
-                for context, bounds in zip(contexts,
-                                           gather.replica_bounds(batch_size, len(contexts)))]
-    for node in synced:   # in graph order: a later one reads an earlier one's output
-        _synchronise_batchnorm(node, mesh, contexts, replicas, gather, batch_size)
-    computed = _checked(frontier, checks)
-    per_replica = [replica(computed) for replica in replicas]
-    joined_here = [_join_on_master(mesh, contexts, [replica[k] for replica in per_replica])
-                   for k in range(len(frontier))]
-    gathered = dict(zip(frontier, gather.join(joined_here, batch_size)))
+                for context, rows in zip(contexts, bounds)]
+
+    def join(pieces, axis, replicated):
+        whole, = gather.join([join_on_master(mesh, contexts, [rows_first(piece, axis)
+                                                              for piece in pieces])],
+                             batch_size, replicated=replicated)
+        return rows_back(whole, axis)
+
+    def whole_batch(replicated):
+        return WholeBatch(_replica(frontier, inputs, master, (0, batch_size), sliced_first,
+                                   batch_size, without_batch_size),
+                          replicas, found, join, replicated)
+    for_replicas = whole_batch(replicated=False)
+
+    def send(variable, value, axis):
+        """Each replica reads ``variable`` as ``value`` (computed on the
+        master), or as its rows of it on ``axis``."""
+        for context, rows, replica in zip(contexts, bounds, replicas):
+            here = value if axis is None else rows_of(value, axis, rows, batch_size)
+            replica.add(variable, moved(here, master, context))
+    later_ids = set(id(v) for v, _ in sliced_later)
+    for kind, item in _in_graph_order(frontier, found.synced, found.computed_whole,
+                                      sliced_later):
+        if kind == 'synced':
+            _synchronise_batchnorm(item, master, contexts, replicas, join)
+        elif kind == 'whole':
+            values = for_replicas(item.node.outputs)
+            for variable, value, axis in zip(item.node.outputs, values, item.rows):
+                if id(variable) not in later_ids:
+                    send(variable, value, axis)
+        else:
+            variable, axis = item
+            send(variable, for_replicas([variable])[0], axis)
+
+    rows_at = found.frontier_rows
+    joined = [k for k, axis in enumerate(rows_at) if axis is not None]
+    computed = _checked(frontier, found.checks, joined[0] if joined else 0)
+    gathered = {}
+    if joined:
+        pieces = [[rows_first(replica([computed[k]])[0], rows_at[k]) for replica in replicas]
+                  for k in joined]
+        values = gather.join([join_on_master(mesh, contexts, p) for p in pieces], batch_size)
+        gathered.update((frontier[k], rows_back(value, rows_at[k]))
+                        for k, value in zip(joined, values))
+    unjoined = [k for k, axis in enumerate(rows_at) if axis is None]
+    if unjoined:   # layer outputs that hold no rows: computed over the whole batch
+        values = whole_batch(replicated=True)([computed[k] for k in unjoined])
+        gathered.update((frontier[k], value) for k, value in zip(unjoined, values))
     # What reads a sharded weight outside the layers (a regulariser, its
     # update) reads it where it lives.
     gathered.update(placed_replacements(gof.graph.inputs(roots + losses)))
@@ -244,7 +280,8 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
                    for (var, _), new in zip(updates, new_roots[len(outputs):])]
     split = Split(_names(describe(node)[0] for node in _reading(batch_inputs + state_reads,
                                                                 frontier)),
-                  _names(describe(node)[0] for node in synced))
+                  _names(describe(node)[0] for node in found.synced),
+                  [(w.layer, str(w.node.op), w.why) for w in found.computed_whole])
     return new_outputs, new_updates, split
 
 
@@ -287,10 +324,12 @@ def _reading(inputs, outputs):
 class Split(object):
     """What a batch-wise function computes where: ``layers``, the layers
     each replica computes on its rows; ``synchronised``, the layers whose
-    statistics the master computes from the whole batch."""
+    statistics the master computes from the whole batch; ``whole``,
+    [(layer or None, op, why)]: the ops computed over the whole batch on
+    the master, where the batch's rows meet."""
 
-    def __init__(self, layers, synchronised):
-        self.layers, self.synchronised = layers, synchronised
+    def __init__(self, layers, synchronised, whole=()):
+        self.layers, self.synchronised, self.whole = layers, synchronised, list(whole)
 
 
 def _names(names):
@@ -302,18 +341,41 @@ def _names(names):
     return found
 
 
-def _checked(frontier, checks):
-    """``frontier``, its first tensor asserting the shape conditions the
+def _checked(frontier, checks, at):
+    """``frontier``, its tensor ``at`` asserting the shape conditions the
     split is exact under (each replica asserts them on its rows)."""
-    if not checks:
-        return list(frontier)
-    first = frontier[0]
+    checked = list(frontier)
     for condition, message in checks:
-        first = Assert(message)(first, condition)
-    return [first] + list(frontier[1:])
+        checked[at] = Assert(message)(checked[at], condition)
+    return checked
 
 
-def _synchronise_batchnorm(node, mesh, contexts, replicas, gather, batch_size):
+def _downstream(outputs, sources):
+    """The ids of ``sources`` and of what reads them, up to ``outputs``."""
+    reached = set(id(v) for v in sources)
+    if reached:
+        for node in gof.graph.io_toposort(gof.graph.inputs(outputs), outputs):
+            if any(id(v) in reached for v in node.inputs):
+                reached.update(id(v) for v in node.outputs)
+    return reached
+
+
+def _in_graph_order(outputs, synced, computed_whole, sliced_later):
+    """[(kind, item)] of the synchronised batch normalisations ('synced'),
+    the whole-batch nodes ('whole') and the replicas' rows of whole-batch
+    values ('sliced', after the node that makes the value), in the order
+    the graph up to ``outputs`` computes them."""
+    if not (synced or computed_whole):
+        return []
+    order = dict((id(node), k) for k, node in enumerate(
+        gof.graph.io_toposort(gof.graph.inputs(outputs), outputs)))
+    events = ([(order[id(node)], 0, 'synced', node) for node in synced]
+              + [(order[id(w.node)], 0, 'whole', w) for w in computed_whole]
+              + [(order[id(v.owner)], 1, 'sliced', (v, axis)) for v, axis in sliced_later])
+    return [(kind, item) for _, _, kind, item in sorted(events, key=lambda e: e[:2])]
+
+
+def _synchronise_batchnorm(node, master, contexts, replicas, join):
     """Make each replica (a Rebuilder) normalise with the whole batch's
     statistics: the replicas' inputs of batch normalisation ``node`` are
     joined, its mean and 1/std computed from them on the master, sent to
@@ -321,31 +383,16 @@ def _synchronise_batchnorm(node, mesh, contexts, replicas, gather, batch_size):
     gradient flows back the same way)."""
     x, scale, bias = node.inputs[:3]
     pieces = [replica([x])[0] for replica in replicas]
-    x_whole, = gather.join([_join_on_master(mesh, contexts, pieces)], batch_size,
-                           replicated=False)
+    x_whole = join(pieces, 0, False)
     # As Theano's batch_normalization_train computes them (its op has no
     # gradient for its statistics alone).
     axes, epsilon = node.op.axes, node.inputs[3]
     mean = x_whole.mean(axes, keepdims=True)
     invstd = tensor.inv(tensor.sqrt(x_whole.var(axes, keepdims=True) + epsilon))
-    master = contexts[0] if contexts == [HOST] else mesh.graph_name(mesh.master)
     for context, replica, piece in zip(contexts, replicas, pieces):
-        def move(stat):
-            if context in (master, HOST):
-                return stat
-            return on_context(stat, context, came_from=master)
         scale_here, bias_here = replica([scale, bias])
-        replica.add(node.outputs[0],
-                    (piece - move(mean)) * (scale_here * move(invstd)) + bias_here)
-
-
-def _join_on_master(mesh, contexts, pieces):
-    """The replicas' rows of one frontier tensor, joined on the master."""
-    if contexts == [HOST]:
-        return pieces[0]
-    master = mesh.graph_name(mesh.master)
-    return tensor.concatenate([on_context(piece, master, came_from=name)
-                               for name, piece in zip(contexts, pieces)], axis=0)
+        replica.add(node.outputs[0], (piece - moved(mean, master, context))
+                    * (scale_here * moved(invstd, master, context)) + bias_here)
 
 
 class SplitFunction(object):

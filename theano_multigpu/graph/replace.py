@@ -55,6 +55,11 @@ class Rebuilder(object):
                              % (key, self._read_as[id(key)][1]))
         self._read_as[id(key)] = (key, value)
 
+    def has(self, variable):
+        """Whether the rewritten graph reads ``variable`` as something
+        already: a key, or a variable it has built."""
+        return id(variable) in self._read_as
+
     def __call__(self, outputs):
         """The rewritten version of each of ``outputs``."""
         for node in self._unbuilt_nodes(outputs):

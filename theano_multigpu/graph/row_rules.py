@@ -17,8 +17,10 @@ A rule returns the facts of the node's outputs and what it found: the
 whole-batch operands (tensors made for the whole batch, met by the rows
 elementwise: each replica takes its rows of them) and Checks (conditions
 on shapes, asserted on each replica when only the run can tell); or a
-string: why the rows meet there.  An op no rule knows, with the rows among its inputs, is
-refused: splitting is exact only where it is known to be.
+string: why the rows meet there, with the facts of the outputs computed
+over the whole batch where their rows stay on an axis (else none).  An op
+no rule knows, with the rows among its inputs, is one where the rows
+meet: splitting is exact only where it is known to be.
 """
 import functools
 
@@ -84,8 +86,8 @@ def _degree(facts, variable):
 
 def node_facts(node, ins, per_slice, walk):
     """([Facts of each output], [(whole-batch operand, rows axis)]) of
-    ``node`` whose inputs have the facts ``ins``, or ([], why the rows meet
-    there).  ``per_slice``: the rows may meet there per slice, by design
+    ``node`` whose inputs have the facts ``ins``, or (the outputs' facts
+    over the whole batch, or [], why the rows meet there).  ``per_slice``: the rows may meet there per slice, by design
     (as BatchNormalization's statistics do with multigpu.batchnorm=local);
     ``walk(inputs, facts, outputs)`` checks an inner graph (a Scan's) and
     returns (its outputs' facts, whole-batch operands, synced nodes)."""
@@ -105,7 +107,7 @@ def node_facts(node, ins, per_slice, walk):
             if isinstance(found, str) or per_slice:
                 return outs, found
             counted = _counted_operand(node, ins, found)
-            return ([], counted) if counted else (outs, found)
+            return (outs, counted) if counted else (outs, found)
     return [], ('is an op theano_multigpu has no rule for, so it cannot tell whether the '
                 'op keeps the batch\'s rows apart')
 
@@ -353,13 +355,16 @@ def _batched_dot_rule(node, ins, per_slice, walk):
 def _sort_rule(node, ins, per_slice, walk):
     axis = _const(node.inputs[1])
     if axis is None or axis % node.inputs[0].ndim == ins[0].rows:
-        return [], 'sorts along the batch\'s rows'
+        # (Sorted over the whole batch, the rows stay on their axis.)
+        return _data(node, ins, ins[0].rows if axis is not None else None)[0], \
+            'sorts along the batch\'s rows'
     return _data(node, ins, ins[0].rows)
 
 
 def _cumulative_rule(node, ins, per_slice, walk):
     if node.op.axis is None or node.op.axis % node.inputs[0].ndim == ins[0].rows:
-        return [], 'accumulates along the batch\'s rows'
+        return _data(node, ins, ins[0].rows if node.op.axis is not None else None)[0], \
+            'accumulates along the batch\'s rows'
     return _data(node, ins, ins[0].rows)
 
 
@@ -498,8 +503,17 @@ def _reshape_rule(node, ins, per_slice, walk):
         return [], why
     if -1 in entries[:new_rows]:
         return [], why
+    if not counting:
+        # The -1 holds the rows' count times S_in / S_out (the sizes after
+        # the rows): whole rows of the output per row only where S_out
+        # divides S_in, else rows are regrouped.
+        size_in = _static_product(node.inputs[0], range(rows + 1, node.inputs[0].ndim))
+        after = entries[new_rows + 1:]
+        if size_in is None or None in after or not _product(after) \
+                or size_in % _product(after):
+            return [], why
     outs, _ = _data(node, ins, new_rows)
-    before_in = _static_product(node.inputs[0], rows)
+    before_in = _static_product(node.inputs[0], range(rows))
     before_out = entries[:new_rows]
     if before_in is not None and None not in before_out:
         if _product(before_out) != before_in:
@@ -534,15 +548,17 @@ def _shape_entries(shape, ndim):
 
 
 def _static_product(variable, axes):
-    """The product of ``variable``'s first ``axes`` sizes where Theano's
-    shape inference finds them constant, else None."""
-    if axes == 0 or all(variable.broadcastable[:axes]):
+    """The product of ``variable``'s sizes on ``axes`` where Theano's shape
+    inference finds them constant, else None."""
+    axes = list(axes)
+    if all(variable.broadcastable[a] for a in axes):
         return 1
     from theano import gof
     from theano.tensor.opt import ShapeFeature
     graph = gof.FunctionGraph(gof.graph.inputs([variable]), [variable],
                               features=[ShapeFeature()], clone=True)
-    sizes = [_const(s) for s in graph.shape_feature.shape_of[graph.outputs[0]][:axes]]
+    shape = graph.shape_feature.shape_of[graph.outputs[0]]
+    sizes = [_const(shape[a]) for a in axes]
     return None if None in sizes else _product(sizes)
 
 

@@ -7,16 +7,16 @@ of a graph each replica computes, from the batch inputs to the frontier,
 and tracks for each variable on which axis the batch's rows lie.  Ops that
 make rows meet there (a reduction, cumulative op, sort, join or index along
 the rows; a product contracting them or pairing them; ``K.shape(x)[0]``
-used as a number) raise RowsMeetError, naming the op and its layer, before
-anything is compiled.  A tensor made for the whole batch without reading its
+used as a number, an op no rule knows) are found, with their layer and
+why, before anything is compiled: the rewrite computes them over the
+whole batch (``whole_batch``).  A tensor made for the whole batch without reading its
 rows (a random draw of the batch's shape, a constant of a fixed batch size)
 that meets the rows elementwise is returned: each replica takes its rows of
 it, so it is the tensor one context would use.
 """
-from ..errors import RowsMeetError
 from .row_rules import NONE, Check, Facts, is_random_draw, node_facts
 
-__all__ = ['slice_bounds', 'find_rows_meeting']
+__all__ = ['slice_bounds', 'find_rows_meeting', 'RowsFound', 'WholeBatchNode']
 
 
 def slice_bounds(batch_size, parts):
@@ -27,9 +27,19 @@ def slice_bounds(batch_size, parts):
             for i in range(parts)]
 
 
-def find_rows_meeting(batch_inputs, frontier, describe, sync_batchnorm=True):
-    """Check the graph from ``batch_inputs`` (rows on axis 0) to
-    ``frontier``; returns (whole, synced, checks):
+class WholeBatchNode(object):
+    """A node whose rows meet, computed once over the whole batch: ``why``
+    the rows meet there, its ``layer`` (or None), and for each output the
+    axis its whole-batch value holds the rows on, where each replica then
+    reads its rows of it, or None where each reads all of it."""
+    __slots__ = ('node', 'layer', 'why', 'rows')
+
+    def __init__(self, node, layer, why, rows):
+        self.node, self.layer, self.why, self.rows = node, layer, why, rows
+
+
+class RowsFound(object):
+    """What ``find_rows_meeting`` found:
 
     - ``whole``: [(variable, rows axis)], tensors made for the whole batch
       that the rows meet elementwise (see the module docstring);
@@ -38,50 +48,51 @@ def find_rows_meeting(batch_inputs, frontier, describe, sync_batchnorm=True):
       ``sync_batchnorm`` they must be the whole batch's; otherwise each
       replica's rows are its batch, by choice (multigpu.batchnorm=local);
     - ``checks``: [(condition, message)], shape conditions the split is
-      exact under that only the run can decide: each replica asserts them.
+      exact under that only the run can decide: each replica asserts them;
+    - ``computed_whole``: the WholeBatchNodes, in graph order;
+    - ``frontier_rows``: the axis each frontier tensor holds the rows on,
+      or None where it holds none (computed over the whole batch).
+    """
+
+    def __init__(self, whole, synced, checks, computed_whole, frontier_rows, facts):
+        self.whole, self.synced, self.checks = whole, synced, checks
+        self.computed_whole, self.frontier_rows = computed_whole, frontier_rows
+        self._facts = facts   # id(variable): its Facts, where the rows reach it
+
+    def facts_of(self, variable):
+        return self._facts.get(id(variable), NONE)
+
+
+def find_rows_meeting(batch_inputs, frontier, describe, sync_batchnorm=True):
+    """Walk the graph from ``batch_inputs`` (rows on axis 0) to
+    ``frontier``; returns a RowsFound.
 
     ``describe(node)`` -> (layer name or None, whether it is a layer whose
     statistics may meet the rows per slice: BatchNormalization, whose own
-    statistics ops do so when ``sync_batchnorm`` is off and are refused
-    when it is on).
-    Raises RowsMeetError at the first op that makes rows meet, or that no
-    rule knows (``row_rules``).
+    statistics ops do so when ``sync_batchnorm`` is off).
+    An op that makes rows meet, or that no rule knows (``row_rules``), is a
+    WholeBatchNode: what one device computes there is computed once, from
+    the whole batch.
     """
     found = _walk(batch_inputs, [Facts(rows=0)] * len(batch_inputs), frontier, describe,
-                  sync_batchnorm)
-    if isinstance(found[0], str):
-        why, node, layer = found
-        raise RowsMeetError(_message(node, layer, why))
-    for variable, facts in zip(frontier, found[0]):
-        if facts.rows != 0:
-            # The replicas' pieces are joined along axis 0.
-            raise RowsMeetError(_message(variable.owner, describe(variable.owner)[0], (
-                'returns a tensor that does not hold the batch\'s rows on its first axis '
-                '(%s), so the replicas\' pieces of it cannot be joined into what one device '
-                'computes' % ('they are on axis %d' % facts.rows if facts.rows is not None
-                              else 'it holds none of them'))))
-    whole = [f for f in found[1] if not isinstance(f[0], Check)]
+                  sync_batchnorm, inner=False)
+    facts, whole, synced, computed_whole, all_facts = found
+    operands = [f for f in whole if not isinstance(f[0], Check)]
     checks = [(f[0].condition, _message(f[1], f[2], f[0].why)
                + ' (found as it ran: only the shapes of a batch tell)')
-              for f in found[1] if isinstance(f[0], Check)]
-    return whole, found[2], checks
+              for f in whole if isinstance(f[0], Check)]
+    return RowsFound(operands, synced, checks, computed_whole, [f.rows for f in facts],
+                     all_facts)
 
 
-# Why a BatchNormalization layer that meets the rows is refused.
-UNSYNCHRONISED = (
-    '; this BatchNormalization computes its statistics with ops of its own (as Keras '
-    'before 1.2 does), not with Theano\'s batch normalisation, which batch-wise mode '
-    'computes over the whole batch: set multigpu.batchnorm=local to normalise each '
-    'context\'s rows with their own statistics, or use Keras 1.2.2')
-
-
-def _walk(inputs, input_facts, outputs, describe, sync_batchnorm):
-    """(facts of ``outputs``, whole, synced), or (why, node, layer) where
-    the rows meet."""
+def _walk(inputs, input_facts, outputs, describe, sync_batchnorm, inner):
+    """(facts of ``outputs``, whole, synced, whole-batch nodes); in a
+    loop's step (``inner``), where no node can be computed apart, (why,
+    node, layer) where the rows meet."""
     from theano import gof
     from theano.tensor.nnet.bn import AbstractBatchNormTrain
     facts = dict((id(v), f) for v, f in zip(inputs, input_facts))
-    whole, synced = [], []
+    whole, synced, computed_whole = [], [], []
 
     def of(variable):
         return facts.get(id(variable), NONE)
@@ -90,11 +101,16 @@ def _walk(inputs, input_facts, outputs, describe, sync_batchnorm):
 
     def walk_inner(inner_inputs, inner_facts, inner_outputs):
         found = _walk(inner_inputs, inner_facts, inner_outputs, lambda n: layer_of_outer,
-                      sync_batchnorm)
+                      sync_batchnorm, inner=True)
         if isinstance(found[0], str):
             refused.append(found)
             return found[0]
-        return found
+        return found[:3]
+
+    def compute_whole(node, layer, why, rows):
+        computed_whole.append(WholeBatchNode(node, layer, why, rows))
+        for variable, axis in zip(node.outputs, rows):
+            facts[id(variable)] = Facts(rows=axis)
 
     nodes = gof.graph.io_toposort(gof.graph.inputs(outputs), outputs)
     met_at = {}   # a whole-batch tensor's id: the nodes that read it row by row
@@ -112,14 +128,16 @@ def _walk(inputs, input_facts, outputs, describe, sync_batchnorm):
                 synced.append(node)
             facts[id(node.outputs[0])] = Facts(rows=ins[0].rows)
             continue
+        del refused[:]
         outs, found = node_facts(node, ins, per_slice, walk_inner)
-        if refused:   # inside a loop's step: name the op there
+        if refused and inner:   # inside a loop's step: name the op there
             return refused[0]
         if isinstance(found, str):
-            # Name the choice only where multigpu.batchnorm=local would allow it.
-            local_allows = statistics_layer and sync_batchnorm and not isinstance(
-                node_facts(node, ins, True, walk_inner)[1], str)
-            return found + (UNSYNCHRONISED if local_allows else ''), node, layer
+            if inner:
+                return found, node, layer
+            compute_whole(node, layer, found, [f.rows for f in outs] or
+                          [None] * len(node.outputs))
+            continue
         whole += [(f, node, layer) if isinstance(f, Check) else f for f in found]
         for f in found:
             if not isinstance(f, Check):
@@ -128,12 +146,20 @@ def _walk(inputs, input_facts, outputs, describe, sync_batchnorm):
             facts[id(variable)] = fact
     # Each replica reads its rows of a whole-batch tensor wherever the
     # replica's graph reads it: only where the rows meet it row by row.
+    # Another reader of it is computed over the whole batch.
     for node in nodes:
         if any(id(v) in met_at and id(node) not in met_at[id(v)] for v in node.inputs):
-            return ('reads a tensor made for the whole batch (a random draw, a constant or '
-                    'a range of the batch\'s shape) whole, where elsewhere the rows meet it '
-                    'row by row', node, describe(node)[0])
-    return [of(v) for v in outputs], whole, synced
+            why = ('reads a tensor made for the whole batch (a random draw, a constant or '
+                   'a range of the batch\'s shape) whole, where elsewhere the rows meet it '
+                   'row by row')
+            if inner:
+                return why, node, describe(node)[0]
+            if not any(w.node is node for w in computed_whole):
+                compute_whole(node, describe(node)[0], why,
+                              [of(v).rows for v in node.outputs])
+    order = dict((id(node), k) for k, node in enumerate(nodes))
+    computed_whole.sort(key=lambda w: order[id(w.node)])
+    return [of(v) for v in outputs], whole, synced, computed_whole, facts
 
 
 def _message(node, layer, why):
