@@ -34,8 +34,11 @@ GRAPH_NAMES = {2: ['None', 'dev1'], 4: ['None', 'dev1', 'dev2', 'dev3'],
 # And the layers whose graphs regroup the rows and put them back ('zoo'),
 # and the shape of Keras's siamese example (a network shared by two inputs,
 # K.maximum, whose OpenCL kernel once failed to build).
+# And Lambdas whose ops make the batch's rows meet, computed over the whole
+# batch ('rows_meet': at 3 rows, 1 and 2 on two contexts).
 EXACT = ['mlp', 'cnn', 'lstm', 'gru', 'functional', 'mlp_dropout', 'mlp@3',
-         'vae_fixed', 'vae_symbolic', 'stateful_lstm', 'cnn_bn', 'cnn_bn1', 'zoo', 'siamese']
+         'vae_fixed', 'vae_symbolic', 'stateful_lstm', 'cnn_bn', 'cnn_bn1', 'zoo', 'siamese',
+         'rows_meet', 'rows_meet@3']
 MODELS = EXACT
 # To keep the suite short (compiling dominates), 4 contexts train the models
 # whose split differs from 2 contexts': uneven slices (batch 10 as 2, 3, 2,
@@ -44,9 +47,9 @@ MODELS = EXACT
 # BatchNormalization) only there: the four-BatchNormalization model trains on
 # 2 contexts.  The master alone holding the weights ('local') trains a model
 # with dropout too.
-ON_FOUR_ONLY = ['functional', 'vae_symbolic', 'cnn_bn1']
+ON_FOUR_ONLY = ['functional', 'vae_symbolic', 'cnn_bn1', 'rows_meet']
 MODELS_ON = {1: MODELS, 2: [name for name in MODELS if name not in ON_FOUR_ONLY],
-             4: ['mlp', 'cnn', 'functional', 'mlp@3', 'vae_symbolic', 'cnn_bn1'],
+             4: ['mlp', 'cnn', 'functional', 'mlp@3', 'vae_symbolic', 'cnn_bn1', 'rows_meet'],
              'local': ['cnn_bn1', 'mlp_dropout']}
 STEPS, BATCH = 5, 10
 RTOL, ATOL = 1e-4, 1e-6
@@ -118,66 +121,6 @@ def test_local_batch_normalisation_differs_but_its_running_statistics_are_the_ba
     for key in [k for k in local if k.startswith('cnn_bn1/')]:
         if local[key].dtype.kind == 'f':
             assert np.all(np.isfinite(local[key])), key
-
-
-ROWS_MEET = {
-    # name: (the Lambda, the op named, why)
-    'centre': ('x - K.mean(x, axis=0, keepdims=True)', 'Sum{axis=[0]',
-               "reduces over the batch's rows (axis 0)"),
-    'similarity': ('K.dot(x, K.transpose(x))', 'dot',
-                   'multiplies rows with rows (a product over the batch)'),
-    'count': ("x * K.cast(K.shape(x)[0], 'float32')", 'Elemwise{mul,no_inplace}',
-              'uses K.shape(x)[0], the number of rows, as a number'),
-    'reversed': ('x[::-1]', 'Subtensor{::int64}', "indexes along the batch's rows"),
-    'cumulative': ('T.extra_ops.cumsum(x, axis=0)', 'CumOp{0, add}',
-                   "accumulates along the batch's rows"),
-    'sorted': ('T.sort(x, axis=0)', 'SortOp{quicksort, None}', "sorts along the batch's rows"),
-}
-
-
-def test_rows_that_meet_stop_before_compiling_with_the_op_and_layer(home):
-    """Each Lambda makes the batch's rows meet, so splitting the batch
-    would change the numbers: the train function is refused before it is
-    compiled, naming the op, its layer and why; a row-wise Lambda trains."""
-    result = run_python(home, flags=TWO, code='''
-        import json
-        import numpy as np
-        import theano.tensor as T
-        import keras.backend as K
-        from keras.models import Sequential
-        from keras.layers import Dense, Lambda
-        from theano_multigpu.errors import RowsMeetError
-        lambdas = %r
-        lambdas['row-wise'] = ('x - K.mean(x, axis=1, keepdims=True)', '', '')
-        # Whether each row keeps a block of its own only the run tells.
-        lambdas['moved'] = ('K.reshape(K.permute_dimensions(x, (1, 0)), (-1, 4))', '', '')
-        found = {}
-        for name, (code, _, _) in sorted(lambdas.items()):
-            model = Sequential([Dense(4, input_dim=3), Lambda(eval('lambda x: ' + code),
-                                output_shape=lambda s: s, name=name), Dense(2)])
-            model.compile(loss='mse', optimizer='sgd')
-            try:
-                model.train_on_batch(np.ones((6, 3), 'float32'), np.ones((6, 2), 'float32'))
-                found[name] = 'trained'
-            except RowsMeetError as error:
-                found[name] = str(error)
-            except AssertionError as error:   # Theano's Assert, as it ran
-                found[name] = 'ran: ' + str(error)
-        print(json.dumps(found))
-    ''' % ROWS_MEET)
-    found = json.loads(result.stdout.strip().split('\n')[-1])
-    assert found.pop('row-wise') == 'trained'
-    moved = found.pop('moved')
-    assert moved.startswith('ran: ') and "Reshape{2} in layer 'moved' reshapes the batch's " \
-        "rows across other axes" in moved and '(found as it ran' in moved, moved
-    assert sorted(found) == sorted(ROWS_MEET)
-    for name, (_, op, why) in ROWS_MEET.items():
-        assert found[name].startswith(
-            "batch-wise mode splits each batch's rows over the contexts, so the ops before "
-            "the loss must keep each row apart, but %s" % op), found[name]
-        assert "in layer '%s' %s: on one device it sees the whole batch" % (name, why) \
-            in found[name], found[name]
-        assert 'multigpu.contexts=dev0' in found[name]
 
 
 def test_stateful_layer_refuses_a_batch_of_another_size(home):

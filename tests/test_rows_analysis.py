@@ -1,12 +1,13 @@
 """The batch-wise row analysis over Keras 1.2.2's layers, without compiling:
-every layer class the Theano backend builds is accepted (its graph keeps
-the batch's rows apart, or meets them only where the split makes it exact),
-and Lambdas that regroup, count or loop over the rows, read a whole-batch
-tensor other than row by row, return the rows off the first axis, or use an
-op no rule knows, are refused with the op, the layer and why.
+every layer class the Theano backend builds keeps the batch's rows apart
+(or meets them only where the split makes it exact), and Lambdas that
+regroup, count or loop over the rows, read a whole-batch tensor other than
+row by row, or use an op no rule knows, are found, with the op, the layer
+and why: the rewrite computes them over the whole batch.
 
-What the accepted graphs compute on several contexts is compared with one
-context in test_batchwise.py (the 'zoo' model uses the rules added here).
+What these graphs compute on several contexts is compared with one context
+in test_batchwise.py (the 'zoo' model uses the rules added here, the
+'rows_meet' model the whole-batch ops) and under MPI in test_mpi.py.
 """
 import json
 import os
@@ -29,8 +30,9 @@ LAYER_MODELS = ['dense', 'conv2d', 'conv1d', 'conv3d', 'conv3d2d', 'deconv', 're
 
 
 @pytest.mark.parametrize('name', LAYER_MODELS)
-def test_every_keras_layer_is_accepted(analysed, name):
-    assert 'refused' not in analysed[name], analysed[name]
+def test_every_keras_layer_keeps_the_rows_apart(analysed, name):
+    assert 'computed_whole' not in analysed[name], analysed[name]
+    assert 'frontier_rows' not in analysed[name], analysed[name]
 
 
 def test_what_the_split_needs_is_found(analysed):
@@ -47,12 +49,13 @@ def test_what_the_split_needs_is_found(analysed):
         assert analysed[name] == {'whole': 0, 'synced': 0, 'checks': 0}, name
 
 
-REFUSED = {
+WHOLE = {
     'regrouped': ('Reshape{2}', "reshapes the batch's rows across other axes"),
     'counted': ('Subtensor{::, int64::}', 'uses K.shape(x)[0], the number of rows, as a number'),
     # A draw's mean is the whole batch's on one device, a slice's on a replica.
     'rescaled': ('Elemwise{true_div,no_inplace}', "meets the rows with a tensor made from "
                  "the whole batch's shape (a count, range or draw of it) other than row by row"),
+    # (Scan's sequence starts at x[0:]; the loop itself reads it whole.)
     'looped': ('Subtensor{int64::}', "indexes along the batch's rows"),
     'unknown': ('DiffOp{n=1, axis=1}', 'is an op theano_multigpu has no rule for'),
     # Keras 1.0's Convolution3D takes them along time, never the rows.
@@ -61,17 +64,19 @@ REFUSED = {
     'draw_counted': ('Elemwise{true_div,no_inplace}', "meets the rows with a tensor made "
                      "from the whole batch's shape (a count, range or draw of it) other than "
                      "row by row"),
-    # A layer's output is joined from the replicas' pieces along axis 0.
-    'transposed': ('InplaceDimShuffle{1,0}', "returns a tensor that does not hold the "
-                   "batch's rows on its first axis (they are on axis 1)"),
 }
 
 
-@pytest.mark.parametrize('name', sorted(REFUSED))
-def test_lambdas_where_rows_meet_are_refused(analysed, name):
-    op, why = REFUSED[name]
-    message = analysed[name].get('refused', '')
-    assert "but %s in layer '%s' %s" % (op, name, why) in message, analysed[name]
+@pytest.mark.parametrize('name', sorted(WHOLE))
+def test_lambdas_where_rows_meet_are_computed_over_the_whole_batch(analysed, name):
+    op, why = WHOLE[name]
+    found = analysed[name].get('computed_whole', [])
+    assert any(entry[:2] == [name, op] and entry[2].startswith(why) for entry in found), found
+
+
+def test_a_layer_output_with_its_rows_off_the_first_axis_is_joined_along_theirs(analysed):
+    assert analysed['transposed'] == {'whole': 0, 'synced': 0, 'checks': 0,
+                                      'frontier_rows': [1]}
 
 
 def test_a_range_of_the_rows_is_read_row_by_row(analysed):
@@ -86,19 +91,15 @@ def test_a_reshape_only_the_run_can_judge_is_checked(analysed):
     assert analysed['moved'] == {'whole': 0, 'synced': 0, 'checks': 1}
 
 
-def test_batch_normalisation_with_statistics_of_its_own_is_refused_unless_local(analysed):
+def test_batch_normalisation_with_statistics_of_its_own_is_computed_over_the_batch(analysed):
     """Keras 1.0's BatchNormalization computes its statistics with K.mean
-    over the rows: batch-wise mode cannot compute them over the whole
-    batch as it does Theano's batch normalisation, so by default it is
-    refused (each context normalising its own rows gave other weights,
-    silently); with multigpu.batchnorm=local each context's rows are its
-    batch, by choice."""
-    message = analysed['old_batchnorm'].get('refused', '')
-    assert "in layer 'own_statistics' reduces over the batch's rows" in message, message
-    assert 'set multigpu.batchnorm=local' in message, message
+    over the rows: by default (multigpu.batchnorm=sync) they are computed
+    over the whole batch, as one device computes them; with
+    multigpu.batchnorm=local each context's rows are its batch, by
+    choice."""
+    found = analysed['old_batchnorm'].get('computed_whole', [])
+    assert ['own_statistics', 'Sum{axis=[0], acc_dtype=float64}',
+            "reduces over the batch's rows (axis 0)"] in found, found
     assert analysed['old_batchnorm_local'] == {'whole': 0, 'synced': 0, 'checks': 0}
-    # Rows that meet other than in statistics: multigpu.batchnorm=local would
-    # not help, so the error does not offer it.
-    message = analysed['gram_batchnorm'].get('refused', '')
-    assert "in layer 'gram' multiplies rows with rows" in message, message
-    assert 'batchnorm=local' not in message, message
+    found = analysed['gram_batchnorm'].get('computed_whole', [])
+    assert ['gram', 'dot', 'multiplies rows with rows (a product over the batch)'] in found, found

@@ -3,10 +3,12 @@ Lambdas that make the rows meet, without compiling anything.
 
     python row_analysis.py
 
-Prints one JSON object: for each model, either {"whole": n, "synced": n,
-"checks": n} (the analysis accepts it: whole-batch operands, synchronised
-batch normalisations, shape conditions checked as it runs) or
-{"refused": message}.
+Prints one JSON object: for each model, {"whole": n, "synced": n,
+"checks": n} (whole-batch operands, synchronised batch normalisations,
+shape conditions checked as it runs) and, where there are any,
+"computed_whole": [[layer, op, why]] (the ops computed over the whole
+batch) and "frontier_rows" (the axis of each output's rows, where one is
+not 0).
 """
 import json
 
@@ -31,7 +33,6 @@ from keras.engine import Layer
 from keras.models import Model, Sequential
 from theano.tensor.nnet import conv3d2d
 
-from theano_multigpu.errors import RowsMeetError
 from theano_multigpu.graph.rows import find_rows_meeting
 from theano_multigpu.keras_adapter import keras_graph
 
@@ -138,13 +139,16 @@ def statistics_models():
 
 def analyse(model, sync_batchnorm=True):
     outputs = model.outputs
-    try:
-        whole, synced, checks = find_rows_meeting(
-            list(model.inputs) + keras_graph.row_states(outputs), outputs,
-            keras_graph.node_describer(outputs), sync_batchnorm)
-    except RowsMeetError as error:
-        return {'refused': str(error)}
-    return {'whole': len(whole), 'synced': len(synced), 'checks': len(checks)}
+    found = find_rows_meeting(list(model.inputs) + keras_graph.row_states(outputs), outputs,
+                              keras_graph.node_describer(outputs), sync_batchnorm)
+    result = {'whole': len(found.whole), 'synced': len(found.synced),
+              'checks': len(found.checks)}
+    if found.computed_whole:
+        result['computed_whole'] = [[w.layer, str(w.node.op), w.why]
+                                    for w in found.computed_whole]
+    if found.frontier_rows != [0] * len(outputs):
+        result['frontier_rows'] = found.frontier_rows
+    return result
 
 
 def main():

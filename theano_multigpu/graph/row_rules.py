@@ -87,8 +87,9 @@ def _degree(facts, variable):
 def node_facts(node, ins, per_slice, walk):
     """([Facts of each output], [(whole-batch operand, rows axis)]) of
     ``node`` whose inputs have the facts ``ins``, or (the outputs' facts
-    over the whole batch, or [], why the rows meet there).  ``per_slice``: the rows may meet there per slice, by design
-    (as BatchNormalization's statistics do with multigpu.batchnorm=local);
+    over the whole batch, or [], why the rows meet there).  ``per_slice``:
+    the rows may meet there per slice, by design (as BatchNormalization's
+    statistics do with multigpu.batchnorm=local);
     ``walk(inputs, facts, outputs)`` checks an inner graph (a Scan's) and
     returns (its outputs' facts, whole-batch operands, synced nodes)."""
     if is_random_draw(node):
@@ -503,17 +504,8 @@ def _reshape_rule(node, ins, per_slice, walk):
         return [], why
     if -1 in entries[:new_rows]:
         return [], why
-    if not counting:
-        # The -1 holds the rows' count times S_in / S_out (the sizes after
-        # the rows): whole rows of the output per row only where S_out
-        # divides S_in, else rows are regrouped.
-        size_in = _static_product(node.inputs[0], range(rows + 1, node.inputs[0].ndim))
-        after = entries[new_rows + 1:]
-        if size_in is None or None in after or not _product(after) \
-                or size_in % _product(after):
-            return [], why
     outs, _ = _data(node, ins, new_rows)
-    before_in = _static_product(node.inputs[0], range(rows))
+    before_in = _static_product(node.inputs[0], rows)
     before_out = entries[:new_rows]
     if before_in is not None and None not in before_out:
         if _product(before_out) != before_in:
@@ -548,17 +540,15 @@ def _shape_entries(shape, ndim):
 
 
 def _static_product(variable, axes):
-    """The product of ``variable``'s sizes on ``axes`` where Theano's shape
-    inference finds them constant, else None."""
-    axes = list(axes)
-    if all(variable.broadcastable[a] for a in axes):
+    """The product of ``variable``'s first ``axes`` sizes where Theano's
+    shape inference finds them constant, else None."""
+    if axes == 0 or all(variable.broadcastable[:axes]):
         return 1
     from theano import gof
     from theano.tensor.opt import ShapeFeature
     graph = gof.FunctionGraph(gof.graph.inputs([variable]), [variable],
                               features=[ShapeFeature()], clone=True)
-    shape = graph.shape_feature.shape_of[graph.outputs[0]]
-    sizes = [_const(shape[a]) for a in axes]
+    sizes = [_const(s) for s in graph.shape_feature.shape_of[graph.outputs[0]][:axes]]
     return None if None in sizes else _product(sizes)
 
 
