@@ -179,10 +179,10 @@ def build():
     c = Convolution2D(3, 3, 3, activation='relu', **TH)(c)
     c = AtrousConvolution2D(3, 3, 3, atrous_rate=(2, 2), border_mode='same', **TH)(c)
     c = SpatialDropout2D(0., **TH)(c)
-    if not keras_1_0():
-        # Keras 1.0's computes its statistics with K.mean over the rows,
-        # which batch-wise mode refuses (tests/test_rows_analysis.py).
-        c = BatchNormalization(axis=1)(c)
+    # Keras 1.0's computes its statistics with K.mean over the rows, which
+    # batch-wise mode computes over the whole batch; 1.2's with Theano's
+    # batch normalisation, which it synchronises.
+    c = BatchNormalization(axis=1)(c)
     c = UpSampling2D(**TH)(MaxPooling2D(**TH)(c))
     c = Cropping2D(((1, 1), (1, 1)), **TH)(AveragePooling2D(**TH)(c))
     c = Deconvolution2D(2, 3, 3, output_shape=(None, 2, 4, 4), **TH)(c)

@@ -6,7 +6,8 @@
   the rewritten loss;
 - ``rows``: how a batch's rows are shared among replicas and ranks, and
   where a graph makes them meet;
-- ``batchwise``: the data-parallel rewrite;
+- ``batchwise``: the data-parallel rewrite; ``whole_batch``: what it
+  computes over the whole batch, where the rows meet;
 - ``placed``, ``planner``, ``plan``, ``layerwise``: the model-parallel
   weights, arithmetic, plan and rewrite;
 - ``sharding``: which context owns each weight in sharded batch-wise mode;

@@ -29,9 +29,10 @@ from .placed import (PlacedVariable, check_no_placeholder, host_view, placed_rep
 from .replace import Rebuilder, replaced
 from .rows import find_rows_meeting, slice_bounds
 from .transfer import HOST, on_context
-from .whole_batch import WholeBatch, join_on_master, moved, rows_back, rows_first, rows_of
+from .whole_batch import (WholeBatch, join_on_master, moved, purpose_of, rows_back, rows_first,
+                          rows_of)
 
-__all__ = ['LocalGather', 'find_frontier', 'rewrite', 'Split', 'SplitFunction']
+__all__ = ['LocalGather', 'find_frontier', 'rewrite', 'Split', 'SplitFunction', 'names_in_order']
 
 _SHARD_OFF = ', and set multigpu.shard=False to train meanwhile'
 
@@ -221,9 +222,9 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
                          without_batch_size)
                 for context, rows in zip(contexts, bounds)]
 
-    def join(pieces, axis, replicated):
+    def join(pieces, axis, replicated, purpose=None):
         whole, = gather.join([join_on_master(mesh, contexts, [rows_first(piece, axis)
-                                                              for piece in pieces])],
+                                                              for piece in pieces], purpose)],
                              batch_size, replicated=replicated)
         return rows_back(whole, axis)
 
@@ -233,25 +234,30 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
                           replicas, found, join, replicated)
     for_replicas = whole_batch(replicated=False)
 
-    def send(variable, value, axis):
+    def send(variable, value, axis, purpose):
         """Each replica reads ``variable`` as ``value`` (computed on the
         master), or as its rows of it on ``axis``."""
         for context, rows, replica in zip(contexts, bounds, replicas):
             here = value if axis is None else rows_of(value, axis, rows, batch_size)
-            replica.add(variable, moved(here, master, context))
+            replica.add(variable, moved(here, master, context, purpose))
+
+    def layer_of(variable):
+        return describe(variable.owner)[0] or str(variable.owner.op)
     later_ids = set(id(v) for v, _ in sliced_later)
     for kind, item in _in_graph_order(frontier, found.synced, found.computed_whole,
                                       sliced_later):
         if kind == 'synced':
             _synchronise_batchnorm(item, master, contexts, replicas, join)
         elif kind == 'whole':
-            values = for_replicas(item.node.outputs)
+            purpose = purpose_of(item.layer or str(item.node.op))
+            values = for_replicas(item.node.outputs, purpose)
             for variable, value, axis in zip(item.node.outputs, values, item.rows):
                 if id(variable) not in later_ids:
-                    send(variable, value, axis)
+                    send(variable, value, axis, purpose)
         else:
             variable, axis = item
-            send(variable, for_replicas([variable])[0], axis)
+            purpose = purpose_of(layer_of(variable))
+            send(variable, for_replicas([variable], purpose)[0], axis, purpose)
 
     rows_at = found.frontier_rows
     joined = [k for k, axis in enumerate(rows_at) if axis is not None]
@@ -265,8 +271,10 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
                         for k, value in zip(joined, values))
     unjoined = [k for k, axis in enumerate(rows_at) if axis is None]
     if unjoined:   # layer outputs that hold no rows: computed over the whole batch
-        values = whole_batch(replicated=True)([computed[k] for k in unjoined])
-        gathered.update((frontier[k], value) for k, value in zip(unjoined, values))
+        for_the_loss = whole_batch(replicated=True)
+        for k in unjoined:
+            gathered[frontier[k]] = for_the_loss([computed[k]],
+                                                 purpose_of(layer_of(frontier[k])))[0]
     # What reads a sharded weight outside the layers (a regulariser, its
     # update) reads it where it lives.
     gathered.update(placed_replacements(gof.graph.inputs(roots + losses)))
@@ -278,9 +286,9 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
     new_outputs = new_roots[:len(outputs)]
     new_updates = [(value_holder(var), new)
                    for (var, _), new in zip(updates, new_roots[len(outputs):])]
-    split = Split(_names(describe(node)[0] for node in _reading(batch_inputs + state_reads,
+    split = Split(names_in_order(describe(node)[0] for node in _reading(batch_inputs + state_reads,
                                                                 frontier)),
-                  _names(describe(node)[0] for node in found.synced),
+                  names_in_order(describe(node)[0] for node in found.synced),
                   [(w.layer, str(w.node.op), w.why) for w in found.computed_whole])
     return new_outputs, new_updates, split
 
@@ -332,7 +340,7 @@ class Split(object):
         self.layers, self.synchronised, self.whole = layers, synchronised, list(whole)
 
 
-def _names(names):
+def names_in_order(names):
     """The names, each once, in order, without None."""
     found = []
     for name in names:

@@ -10,12 +10,14 @@ from theano.compile import SharedVariable
 
 from ..config.flags import format_bytes
 from . import transfer
+from .batchwise import names_in_order
 from .placement import context_of, heavy_op_counts
 from .plan import current_plan, nbytes, planned_bytes
 from .rows import slice_bounds
 from .transfer import HOST
+from .whole_batch import purpose_of
 
-__all__ = ['resident_bytes', 'format_report', 'report', 'FirstCallReport']
+__all__ = ['resident_bytes', 'format_report', 'report', 'FirstCallReport', 'copied_for']
 
 
 def _shared_read(theano_function):
@@ -86,13 +88,15 @@ class FirstCallReport(object):
     def __call__(self, inputs):
         if self._reported:
             return self._keras_function(inputs)
-        before = dict(transfer.bytes_moved)
+        function = self._keras_function.function
+        before, copied_before = dict(transfer.bytes_moved), copied_for(function)
         outputs = self._keras_function(inputs)
         self._reported = True
         batch_rows = len(inputs[0]) if inputs and getattr(inputs[0], 'ndim', 0) else 0
         moved = {key: n - before.get(key, 0) for key, n in transfer.bytes_moved.items()}
-        text = report(self._keras_function.function, self._mesh, self._title,
-                      batch_rows, moved, self._split)
+        copied = {key: n - copied_before.get(key, 0) for key, n in copied_for(function).items()}
+        text = report(function, self._mesh, self._title, batch_rows, moved, self._split,
+                      copied)
         (self._stream or sys.stderr).write(text + '\n')
         return outputs
 
@@ -100,10 +104,22 @@ class FirstCallReport(object):
         return getattr(self._keras_function, name)
 
 
-def report(theano_function, mesh, title, batch_rows, moved, split=None):
+def copied_for(theano_function):
+    """{purpose: bytes} the copies of a compiled function that name a
+    purpose (see ToContext) have copied since they were made."""
+    ops = dict((id(node.op), node.op) for node in theano_function.maker.fgraph.apply_nodes
+               if isinstance(node.op, transfer.ToContext) and node.op.purpose)
+    copied = {}
+    for op in ops.values():
+        copied[op.purpose] = copied.get(op.purpose, 0) + op.copied
+    return copied
+
+
+def report(theano_function, mesh, title, batch_rows, moved, split=None, copied=None):
     """The placement report of a compiled function after a call with
     ``batch_rows`` rows that moved ``moved`` ({(source, dest): bytes});
-    ``split`` (batch-wise): which layers ran where."""
+    ``split`` (batch-wise): which layers ran where; ``copied``: {purpose:
+    bytes} copied by the call for each purpose (``copied_for``)."""
     if mesh.mode == 'layer':
         return format_report('%s (* master; activations estimated for the plan\'s '
                              'batch; bytes moved by this call)' % title,
@@ -127,10 +143,10 @@ def report(theano_function, mesh, title, batch_rows, moved, split=None):
             'moved_out': sum(n for (s, d), n in moved.items() if s in graph_names),
         })
     text = format_report('%s (* master; bytes moved by this call)' % title, rows)
-    return text + ('\n' + _split_lines(split, mesh) if split is not None else '')
+    return text + ('\n' + _split_lines(split, mesh, copied or {}) if split is not None else '')
 
 
-def _split_lines(split, mesh):
+def _split_lines(split, mesh, copied):
     """Which layers ran where, under the batch-wise table."""
     contexts = ', '.join(mesh.names) or HOST
     lines = ['  layers computed on each context\'s rows (%s): %s'
@@ -139,6 +155,14 @@ def _split_lines(split, mesh):
              % (mesh.master or HOST, ' and metrics' if mesh.sharded else ', metrics and updates')]
     if split.synchronised:
         lines[-1] += ', and the statistics of %s' % ', '.join(split.synchronised)
+    if split.whole:
+        lines.append("  on the master, over the whole batch, where the batch's rows meet "
+                     "(bytes copied for it by this call, both ways):")
+    for layer in names_in_order(entry[0] or entry[1] for entry in split.whole):
+        whys = names_in_order('%s %s' % (op, why) for name, op, why in split.whole
+                      if (name or op) == layer)
+        lines.append('    %s: %s; %s' % (layer, format_bytes(copied.get(purpose_of(layer), 0)),
+                                         '; '.join(whys)))
     if mesh.sharded:
         lines.append("  on each weight's owner: the sum of its gradients and its update")
     return '\n'.join(lines)

@@ -107,16 +107,33 @@ def _walk(inputs, input_facts, outputs, describe, sync_batchnorm, inner):
             return found[0]
         return found[:3]
 
+    # Values computed over the whole batch that hold no rows (a mean over
+    # them), and what is computed from them alone: every replica reads them.
+    replicated = set()
+
     def compute_whole(node, layer, why, rows):
         computed_whole.append(WholeBatchNode(node, layer, why, rows))
         for variable, axis in zip(node.outputs, rows):
             facts[id(variable)] = Facts(rows=axis)
+            if axis is None:
+                replicated.add(id(variable))
 
     nodes = gof.graph.io_toposort(gof.graph.inputs(outputs), outputs)
     met_at = {}   # a whole-batch tensor's id: the nodes that read it row by row
     for node in nodes:
         ins = [of(v) for v in node.inputs]
+        reads_replicated = any(id(v) in replicated for v in node.inputs)
+        if reads_replicated and not inner and any(f.involved for f in ins) \
+                and not any(f.rows is not None for f in ins):
+            # As one device: with the whole batch's count of rows or draw
+            # (a mean is a sum over the rows divided by their count).
+            compute_whole(node, describe(node)[0], 'computes a value of the whole batch '
+                          'with the number of rows or a tensor of the batch\'s shape',
+                          [None] * len(node.outputs))
+            continue
         if not any(f.involved for f in ins) and not is_random_draw(node):
+            if reads_replicated:
+                replicated.update(id(v) for v in node.outputs)
             continue
         layer, statistics_layer = describe(node)
         # Rows meet per slice there only by choice (multigpu.batchnorm=local).

@@ -43,13 +43,19 @@ class ToContext(gof.Op):
     Theano's default context): the gradient is sent back there, so a
     replica's backward stays on its context.  Without it (HOST) the
     gradient of a host input stays on the host.
+
+    ``purpose`` (or None) names what the copy is for (a layer computed over
+    the whole batch); such a copy and its gradient's count the bytes they
+    copied in ``copied``, for the placement report.
     """
-    __props__ = ('context_name', 'came_from')
+    __props__ = ('context_name', 'came_from', 'purpose')
     _f16_ok = True
 
-    def __init__(self, context_name, came_from=HOST):
+    def __init__(self, context_name, came_from=HOST, purpose=None):
         self.context_name = context_name
         self.came_from = came_from
+        self.purpose = purpose
+        self.copied = 0
 
     def __str__(self):
         return 'ToContext<%s>' % (self.context_name,)
@@ -74,15 +80,16 @@ class ToContext(gof.Op):
             outputs[0][0] = pygpu.gpuarray.array(x, context=context)
             source = HOST
         _count(source, self.context_name, x)
+        self.copied += int(x.size) * x.dtype.itemsize
 
     def grad(self, inputs, output_grads):
         x, = inputs
         gz, = output_grads
         gz = as_gpuarray_variable(gz, self.context_name)
         if isinstance(x.type, GpuArrayType):
-            return [ToContext(x.type.context_name)(gz)]
+            return [ToContext(x.type.context_name, purpose=self.purpose)(gz)]
         if self.came_from != HOST:
-            return [host_from_gpu(ToContext(self.came_from)(gz))]
+            return [host_from_gpu(ToContext(self.came_from, purpose=self.purpose)(gz))]
         return [host_from_gpu(gz)]
 
     def R_op(self, inputs, eval_points):
@@ -92,9 +99,10 @@ class ToContext(gof.Op):
         return shapes
 
 
-def to_context(x, name, came_from=HOST):
+def to_context(x, name, came_from=HOST, purpose=None):
     """``x`` (host or GPU) as a GPU array on context ``name``; ``came_from``
-    is the context a host-typed ``x`` is computed on, if any."""
+    is the context a host-typed ``x`` is computed on, if any; ``purpose``:
+    see ToContext."""
     if isinstance(x.type, GpuArrayType) and x.type.context_name == name:
         return x
     if x.owner is not None and isinstance(x.owner.op, HostFromGpu):
@@ -103,13 +111,13 @@ def to_context(x, name, came_from=HOST):
             return x
     if came_from == name:
         return as_gpuarray_variable(x, name)
-    return ToContext(name, came_from)(x)
+    return ToContext(name, came_from, purpose)(x)
 
 
-def on_context(x, name, came_from=HOST):
+def on_context(x, name, came_from=HOST, purpose=None):
     """``x`` moved to context ``name``, as a host-typed tensor that the
     optimizer computes with on that context."""
-    return host_from_gpu(to_context(x, name, came_from))
+    return host_from_gpu(to_context(x, name, came_from, purpose))
 
 
 @gof.local_optimizer([ToContext])
@@ -122,7 +130,7 @@ def local_to_context_from_host_view(node):
         source = x.owner.inputs[0]
         if source.type.context_name == node.op.context_name:
             return [source]
-        return [ToContext(node.op.context_name, node.op.came_from)(source)]
+        return [ToContext(node.op.context_name, node.op.came_from, node.op.purpose)(source)]
     return False
 
 

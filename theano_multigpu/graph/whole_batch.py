@@ -13,7 +13,8 @@ from theano.tensor.opt import Assert
 
 from .transfer import HOST, on_context
 
-__all__ = ['WholeBatch', 'rows_of', 'join_on_master', 'rows_first', 'rows_back', 'moved']
+__all__ = ['WholeBatch', 'rows_of', 'join_on_master', 'rows_first', 'rows_back', 'moved',
+           'purpose_of']
 
 
 def rows_of(whole, axis, bounds, batch_size):
@@ -28,13 +29,13 @@ def rows_of(whole, axis, bounds, batch_size):
     return checked[(slice(None),) * axis + (slice(start, stop),)]
 
 
-def join_on_master(mesh, contexts, pieces):
+def join_on_master(mesh, contexts, pieces, purpose=None):
     """The replicas' rows of one tensor (rows on axis 0), joined on the
-    master."""
+    master; ``purpose``: see ToContext."""
     if contexts == [HOST]:
         return pieces[0]
     master = mesh.graph_name(mesh.master)
-    return tensor.concatenate([on_context(piece, master, came_from=name)
+    return tensor.concatenate([on_context(piece, master, came_from=name, purpose=purpose)
                                for name, piece in zip(contexts, pieces)], axis=0)
 
 
@@ -53,11 +54,17 @@ def rows_back(variable, axis):
     return variable.dimshuffle([order.index(k) for k in range(variable.ndim)])
 
 
-def moved(value, source, context):
+def moved(value, source, context, purpose=None):
     """``value``, computed on context ``source``, as read on ``context``."""
     if context in (source, HOST):
         return value
-    return on_context(value, context, came_from=source)
+    return on_context(value, context, came_from=source, purpose=purpose)
+
+
+def purpose_of(layer):
+    """The purpose (see ToContext) of the copies that compute ``layer`` (a
+    name, or an op where no layer is known) over the whole batch."""
+    return 'whole batch: %s' % layer
 
 
 class WholeBatch(object):
@@ -77,14 +84,15 @@ class WholeBatch(object):
         self._rebuilder, self._replicas, self._found = rebuilder, replicas, found
         self._join, self._replicated = join, replicated
 
-    def __call__(self, variables):
-        """The whole batch's value of each of ``variables``."""
+    def __call__(self, variables, purpose=None):
+        """The whole batch's value of each of ``variables``; ``purpose``:
+        of the copies that join what they read (see ToContext)."""
         for variable, axis in self._boundary(variables):
             if axis is None:   # a number no row changes: any replica computes it alike
                 value = self._replicas[0]([variable])[0]
             else:
                 value = self._join([replica([variable])[0] for replica in self._replicas],
-                                   axis, self._replicated)
+                                   axis, self._replicated, purpose)
             self._rebuilder.add(variable, value)
         return self._rebuilder(variables)
 
