@@ -23,9 +23,10 @@ RTOL, ATOL = 1e-4, 1e-6
 # mlp: class weights; deep_mlp: an l2 regulariser (read by every rank);
 # @9: 4 and 5 rows per rank; @1: rank 0 gets no row at all; vae_symbolic:
 # each rank takes its rows of one draw; stateful_lstm: each rank carries
-# its rows of the states; cnn_bn: statistics of the whole batch.
+# its rows of the states; cnn_bn: statistics of the whole batch;
+# rows_meet@3: ops where the rows meet, over the ranks' 1 and 2 rows.
 CPU_MODELS = ['mlp', 'mlp@9', 'mlp@1', 'deep_mlp', 'cnn', 'cnn_bn', 'vae_symbolic',
-              'stateful_lstm']
+              'stateful_lstm', 'rows_meet@3']
 # Every rank its own leader: gradients summed by MPI Allreduce alone.
 ALLREDUCE_ONLY, ALLREDUCE_ONLY_MODELS = 'multigpu.mpi_shared_memory=False', ['mlp@9', 'cnn']
 
@@ -75,8 +76,10 @@ def test_one_gather_and_one_fused_allreduce_per_step(cpu_runs):
 @needs_pocl
 def test_two_ranks_with_two_contexts_each_train_as_one_context(tmp_path_factory):
     """Ranks compose with contexts: each rank splits its share of the batch
-    over its two pocl contexts."""
-    models = ['mlp@9', 'cnn']
+    over its two pocl contexts; with shares of 1 and 2 rows, each rank
+    computes on one (the ranks' graphs, and so their collectives, alike),
+    and the ops where the rows meet are computed over the whole batch."""
+    models = ['mlp@9', 'cnn', 'rows_meet@3']
     runs = train_models(tmp_path_factory.mktemp('mpi_pocl'), {1: ONE, 2: TWO},
                         {1: models, 2: models}, STEPS, BATCH, ranks={2: 2})
     for name in models:

@@ -50,9 +50,11 @@ class LocalGather(object):
     def replica_bounds(self, batch_size, replicas):
         return slice_bounds(batch_size, replicas)
 
-    def join(self, joined_here, batch_size, replicated=True):
+    def join(self, joined_here, batch_size, replicated=True, one_per_rank=False):
         """The whole batch's rows of each tensor; ``replicated``: what reads
-        them is computed alike everywhere (the loss), not per replica."""
+        them is computed alike everywhere (the loss), not per replica;
+        ``one_per_rank``: the tensors hold one row for the process, not the
+        batch's rows."""
         return joined_here
 
     def gradients(self, stand_ins, replace, wrt=None):
@@ -222,11 +224,18 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
                          without_batch_size)
                 for context, rows in zip(contexts, bounds)]
 
-    def join(pieces, axis, replicated, purpose=None):
-        whole, = gather.join([join_on_master(mesh, contexts, [rows_first(piece, axis)
-                                                              for piece in pieces], purpose)],
-                             batch_size, replicated=replicated)
-        return rows_back(whole, axis)
+    def join(pieces, axis, replicated, purpose=None, per_rank=None):
+        """The replicas' ``pieces`` (their rows on ``axis``) joined on the
+        master; ``per_rank(rows)``, where given, makes one row of this
+        process's rows (on axis 0), and the ranks' such rows are joined."""
+        here = join_on_master(mesh, contexts, [rows_first(piece, axis) for piece in pieces],
+                              purpose)
+        if per_rank is not None:
+            here = per_rank(here)
+        whole, = gather.join([here], batch_size, replicated=replicated,
+                             one_per_rank=per_rank is not None)
+        # (Joined across the ranks on the host: computed with on the master.)
+        return rows_back(moved(whole, HOST, master, purpose), axis)
 
     def whole_batch(replicated):
         return WholeBatch(_replica(frontier, inputs, master, (0, batch_size), sliced_first,
@@ -250,6 +259,9 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
             _synchronise_batchnorm(item, master, contexts, replicas, join)
         elif kind == 'whole':
             purpose = purpose_of(item.layer or str(item.node.op))
+            total = _sum_of_partial_sums(item.node, found, replicas, join, purpose)
+            if total is not None:
+                for_replicas.add(item.node.outputs[0], total)
             values = for_replicas(item.node.outputs, purpose)
             for variable, value, axis in zip(item.node.outputs, values, item.rows):
                 if id(variable) not in later_ids:
@@ -383,6 +395,26 @@ def _in_graph_order(outputs, synced, computed_whole, sliced_later):
     return [(kind, item) for _, _, kind, item in sorted(events, key=lambda e: e[:2])]
 
 
+def _sum_of_partial_sums(node, found, replicas, join, purpose):
+    """A sum over the batch's rows (``node``) as one device computes it,
+    from the sums of each replica's rows, summed in each process: one row
+    per process moved across the ranks, one per replica to the master,
+    rather than the rows; None for another op."""
+    if not isinstance(node.op, tensor.elemwise.Sum):
+        return None
+    x, = node.inputs
+    rows = found.facts_of(x).rows
+
+    def partial(rows_at, value):
+        """``value`` summed along ``rows_at``, which it keeps (as one row,
+        not broadcastable: the joins' gradients are not)."""
+        total = tensor.elemwise.Sum(axis=[rows_at], dtype=node.op.dtype,
+                                    acc_dtype=node.op.acc_dtype)(value)
+        return tensor.unbroadcast(tensor.shape_padaxis(total, rows_at), rows_at)
+    pieces = [partial(rows, replica([x])[0]) for replica in replicas]
+    return node.op(join(pieces, rows, False, purpose, per_rank=lambda here: partial(0, here)))
+
+
 def _synchronise_batchnorm(node, master, contexts, replicas, join):
     """Make each replica (a Rebuilder) normalise with the whole batch's
     statistics: the replicas' inputs of batch normalisation ``node`` are
@@ -408,7 +440,9 @@ class SplitFunction(object):
     batch with fewer rows than contexts (compiled when first needed), so
     that no context computes on an empty slice: BLAS libraries refuse
     zero-row products (CLBlast does) and there is nothing to gain.  Under
-    MPI (``ranks`` = (rank, size)) the rows counted are this rank's share.
+    MPI (``ranks`` = (rank, size)) every rank with rows computes on as many
+    contexts as the smallest share that is not empty has rows: the ranks'
+    graphs, and so the order of their collectives, are alike.
 
     ``compile_for(mesh, idle=False)`` returns the Keras Function for
     ``mesh`` (``idle``: for an MPI rank whose share of the batch is empty).
@@ -423,8 +457,8 @@ class SplitFunction(object):
     def __call__(self, inputs):
         rows = next((len(x) for x in inputs if getattr(x, 'ndim', 0) >= 1), self._mesh.size)
         if self._ranks is not None:
-            start, stop = slice_bounds(rows, self._ranks[1])[self._ranks[0]]
-            rows = stop - start
+            shares = [stop - start for start, stop in slice_bounds(rows, self._ranks[1])]
+            rows = min(share for share in shares if share) if shares[self._ranks[0]] else 0
         count = min(rows, self._mesh.size) if self._ranks else max(1, min(rows, self._mesh.size))
         if count not in self._by_count:
             # count 0: an MPI rank without rows (idle, see the MPI gather)

@@ -96,6 +96,10 @@ class WholeBatch(object):
             self._rebuilder.add(variable, value)
         return self._rebuilder(variables)
 
+    def add(self, variable, value):
+        """Read ``variable`` as ``value``, computed on the master."""
+        self._rebuilder.add(variable, value)
+
     def _boundary(self, variables):
         """[(variable, rows axis)]: the nearest tensors above ``variables``
         that the replicas compute rows of, and (axis None) numbers computed

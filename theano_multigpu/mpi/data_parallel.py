@@ -44,10 +44,12 @@ class RankGather(object):
         start, stop = slice_bounds(batch_size, self.size)[self.rank]
         return [(start + a, start + b) for a, b in slice_bounds(stop - start, replicas)]
 
-    def join(self, joined_here, batch_size, replicated=True):
+    def join(self, joined_here, batch_size, replicated=True, one_per_rank=False):
         if self.idle:
             joined_here = [rows[:0] for rows in joined_here]
         rows = [stop - start for start, stop in slice_bounds(batch_size, self.size)]
+        if one_per_rank:   # (an idle rank sends none)
+            rows = [tensor.minimum(count, 1) for count in rows]
         # Batch normalisation's statistics (not replicated) are gathered
         # where the layer trains alone: not at every step.
         checked = []
