@@ -17,14 +17,18 @@ import collections
 
 import numpy as np
 
-__all__ = ['MODELS', 'DEEP_MODELS', 'BN_MODELS', 'EXAMPLE_MODELS', 'SIZES', 'Case', 'build',
-           'set_random_weights']
+__all__ = ['MODELS', 'DEEP_MODELS', 'BN_MODELS', 'WHOLE_BATCH_MODELS', 'EXAMPLE_MODELS',
+           'SIZES', 'Case', 'build', 'set_random_weights']
 
 MODELS = ('mlp', 'cnn', 'lstm', 'functional')
 # Deeper models, for layer-wise mode (several layers to spread).
 DEEP_MODELS = ('deep_mlp', 'deep_cnn')
 # With BatchNormalization, for its synchronised and local statistics.
 BN_MODELS = ('cnn_bn',)
+# The mlp with one layer whose ops make the batch's rows meet, computed
+# over the whole batch: centring (a mean over the rows) and in-batch
+# attention (every row scored against every other).
+WHOLE_BATCH_MODELS = ('mlp_centred', 'mlp_attention')
 # Keras's own examples (examples/): their model and data, at their batch.
 EXAMPLE_MODELS = ('stateful_lstm',)
 
@@ -56,6 +60,18 @@ def _onehot(rng, n, classes):
     return np.eye(classes, dtype='float32')[rng.randint(0, classes, n)]
 
 
+def _whole_batch_layers(name):
+    """The layer ``name`` (an mlp of WHOLE_BATCH_MODELS) adds."""
+    import keras.backend as K
+    from keras.layers import Lambda
+    if name == 'mlp_centred':
+        return [Lambda(lambda h: h - K.mean(h, axis=0), name='centre')]
+    if name == 'mlp_attention':
+        return [Lambda(lambda h: K.dot(K.softmax(K.dot(h, K.transpose(h)) / 16), h),
+                       name='attention')]
+    return []
+
+
 def build(name, size='test', seed=1234, batch=None):
     """A compiled model, its inputs and its targets (``Case``).
 
@@ -67,7 +83,7 @@ def build(name, size='test', seed=1234, batch=None):
     from keras.models import Model, Sequential
     from keras.optimizers import SGD, Adam, RMSprop
 
-    known = MODELS + DEEP_MODELS + BN_MODELS + EXAMPLE_MODELS
+    known = MODELS + DEEP_MODELS + BN_MODELS + WHOLE_BATCH_MODELS + EXAMPLE_MODELS
     if name not in known:
         raise ValueError('build expects a model name from %s, but received %r'
                          % (known, name))
@@ -76,11 +92,12 @@ def build(name, size='test', seed=1234, batch=None):
         return _example(name, rng)
     dims = SIZES[size]
     n = batch or dims['batch']
-    if name == 'mlp':
+    if name in ('mlp',) + WHOLE_BATCH_MODELS:
         inputs, hidden, classes = dims['mlp']
-        model = Sequential([Dense(hidden, input_dim=inputs, activation='relu'),
-                            Dense(hidden, activation='tanh'),
-                            Dense(classes, activation='softmax')])
+        model = Sequential([Dense(hidden, input_dim=inputs, activation='relu')]
+                           + _whole_batch_layers(name)
+                           + [Dense(hidden, activation='tanh'),
+                              Dense(classes, activation='softmax')])
         model.compile(loss='categorical_crossentropy', metrics=['accuracy'],
                       optimizer=SGD(lr=0.05, momentum=0.9, nesterov=True))
         x = rng.rand(n, inputs).astype('float32')

@@ -15,6 +15,7 @@ import opencl  # noqa: E402
 import scan_cost  # noqa: E402
 import sharding  # noqa: E402
 import startup  # noqa: E402
+import whole_batch  # noqa: E402
 import window_sync  # noqa: E402
 
 
@@ -28,6 +29,7 @@ def main():
     batchwise.main([])
     sharding.main([])
     batchnorm.main([])
+    whole_batch.main([])
     deep_models.main([])
     layerwise.main([])
     mpi.main([])

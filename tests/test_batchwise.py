@@ -185,7 +185,8 @@ def test_report_shows_each_context_share_ops_and_bytes(home):
     dev1 receives the weights it does not own, the gradients of those it
     owns, its 5 input rows and the gradient of its 5 output rows, and sends
     as many weight and gradient bytes and its output rows; then which
-    layers ran where."""
+    layers ran where; and which layer ran over the whole batch, with the
+    bytes copied for it."""
     script = home / 'train.py'
     script.write_text(textwrap.dedent('''
         import numpy as np
@@ -198,6 +199,13 @@ def test_report_shows_each_context_share_ops_and_bytes(home):
         y = np.eye(3)[np.arange(10) % 3].astype('float32')
         model.train_on_batch(x, y)
         print('weight bytes', sum(w.nbytes for w in model.get_weights()))
+        import keras.backend as K
+        from keras.layers import Lambda
+        centred = Sequential([Dense(4, input_dim=8),
+                              Lambda(lambda h: h - K.mean(h, axis=0), name='centre'),
+                              Dense(3, activation='softmax')])
+        centred.compile(loss='categorical_crossentropy', optimizer='sgd')
+        centred.train_on_batch(x, y)
     '''))
     result = run_python(home, flags=TWO, args=['-m', 'theano_multigpu', 'report', str(script)])
     weight_bytes = int(result.stdout.split('weight bytes')[1])
@@ -222,6 +230,14 @@ def test_report_shows_each_context_share_ops_and_bytes(home):
     assert where == ["  layers computed on each context's rows (dev0, dev1): dense_1, dense_2",
                      '  on the master (dev0), over the whole batch: the loss and metrics',
                      "  on each weight's owner: the sum of its gradients and its update"], where
+    # A layer whose rows meet (K.mean over them): its sum is summed on each
+    # context and dev1's partial sum (4 floats) crosses to the master, the
+    # mean back to dev1, and each one's gradient the other way: 4 x 16 B,
+    # where joining dev1's 5 rows would move 80 B each way.
+    centred = result.stderr.split("placement report: Keras's train function")[2]
+    assert ("\n    centre: 64 B; Sum{axis=[0], acc_dtype=float64} reduces over the batch's "
+            "rows (axis 0); Elemwise{true_div,no_inplace} computes a value of the whole batch "
+            "with the number of rows") in centred, centred
 
 
 FITS_WHEN_SHARDED = '''

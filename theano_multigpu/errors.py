@@ -26,9 +26,9 @@ class PatchTargetError(RuntimeError):
 
 
 class RowsMeetError(ValueError):
-    """Batch-wise mode cannot split a graph whose rows meet before the loss
-    (a reduction over the batch, a product over it, ...): the message names
-    the op and its layer."""
+    """No longer raised: batch-wise mode computes the ops where the batch's
+    rows meet over the whole batch.  Kept so that code catching it still
+    imports."""
 
 
 class KernelBuildError(RuntimeError):
