@@ -75,18 +75,26 @@ def test_one_gather_and_one_fused_allreduce_per_step(cpu_runs):
 
 @needs_pocl
 def test_two_ranks_with_two_contexts_each_train_as_one_context(tmp_path_factory):
-    """Ranks compose with contexts: each rank splits its share of the batch
-    over its two pocl contexts; with shares of 1 and 2 rows, each rank
-    computes on one (the ranks' graphs, and so their collectives, alike),
-    and the ops where the rows meet are computed over the whole batch."""
-    models = ['mlp@9', 'cnn', 'rows_meet@3']
-    runs = train_models(tmp_path_factory.mktemp('mpi_pocl'), {1: ONE, 2: TWO},
-                        {1: models, 2: models}, STEPS, BATCH, ranks={2: 2})
-    for name in models:
-        assert_same_training(runs[1], runs[2], name)
-        # The master, dev0, is Theano's default context: None in the graph.
-        assert sorted(runs[2][name + '/contexts']) == ['None', 'dev1']
-        assert len(runs[2][name + '/misplaced']) == 0
+    """Ranks compose with contexts: each rank computes its share of the
+    batch batch-wise over its two pocl contexts, or layer-wise on them
+    (the plan alike on every rank), and the ranks join their rows and sum
+    their gradients: one model list both ways, equal to one context.  With
+    shares of 1 and 2 rows a rank computes batch-wise on one context (the
+    ranks' graphs, and so their collectives, alike); at 1 row rank 0 has
+    none; BatchNormalization and the ops where the rows meet see the
+    whole batch."""
+    models = ['mlp@9', 'mlp@1', 'cnn_bn1', 'rows_meet@3']
+    flags = {1: ONE, 'batch': TWO, 'layer': TWO + ',multigpu.mode=layer'}
+    runs = train_models(tmp_path_factory.mktemp('mpi_pocl'), flags,
+                        dict((key, models) for key in flags), STEPS, BATCH,
+                        ranks={'batch': 2, 'layer': 2})
+    for mode in ('batch', 'layer'):
+        for name in models:
+            assert_same_training(runs[1], runs[mode], name)
+            # The master, dev0, is Theano's default context: None in the graph.
+            assert {'None', 'dev1'} <= set(runs[mode][name + '/contexts']), (mode, name)
+            assert len(runs[mode][name + '/misplaced']) == 0, (mode, name)
+    assert list(runs['layer']['mlp@9/collectives']) == ['AllGatherRows', 'AllReduceSum']
 
 
 FUSED_SUM_SCRIPT = """

@@ -16,7 +16,7 @@ from theano.gpuarray.type import GpuArrayType
 from .replace import replaced
 
 __all__ = ['GradientStandIn', 'gradient_stand_ins', 'stand_ins_in', 'by_loss',
-           'real_gradients', 'host_gradient']
+           'real_gradients', 'rewritten_stand_ins', 'host_gradient']
 
 
 class GradientStandIn(object):
@@ -65,6 +65,18 @@ def real_gradients(stand_ins, replace, wrt=None):
         for stand_in, grad in zip(group, grads):
             real[stand_in] = host_gradient(grad)
     return real
+
+
+def rewritten_stand_ins(stand_ins, replace):
+    """{stand-in: a stand-in for the gradient of its loss rewritten by
+    ``replace``}: for a rewrite whose gradients a later rewrite takes."""
+    new = {}
+    for loss, group in by_loss(stand_ins).items():
+        rewritten_loss = replaced([loss], replace)[0]
+        for stand_in in group:
+            new[stand_in], = gradient_stand_ins(rewritten_loss,
+                                                [stand_in.tag.multigpu_gradient.param])
+    return new
 
 
 def host_gradient(gradient):

@@ -15,11 +15,12 @@ adapter's): it passes ``layer_calls(roots)``, returning LayerCalls.
 """
 from theano import gof
 
-from .gradients import real_gradients, stand_ins_in
+from .gradients import real_gradients, rewritten_stand_ins, stand_ins_in
 from .placed import (PlacedVariable, check_no_placeholder, optimizer_state_owners,
                      placed_replacements, value_holder)
 from .plan import current_plan, place, plan_layers
 from .replace import replaced
+from .rows import slice_bounds
 from .transfer import on_context
 
 __all__ = ['LayerCall', 'rewrite', 'LayerwiseFunction']
@@ -98,11 +99,16 @@ def _place(calls, owners, roots, mesh):
             place(variable, name, mesh)
 
 
-def rewrite(inputs, outputs, updates, mesh, batch_rows, layer_calls):
+def rewrite(inputs, outputs, updates, mesh, batch_rows, layer_calls, placed_outputs=None):
     """(outputs, updates) of the layer-wise function; plans its layers
     first if they are not planned yet.  ``updates`` is a list of pairs;
     ``layer_calls(roots)`` lists the LayerCalls whose outputs ``roots``
-    read, in any order."""
+    read, in any order.
+
+    With ``placed_outputs`` (a set, under MPI), the gradients stay
+    stand-ins, of the rewritten loss, for the batch-wise rewrite across the
+    ranks to take, and the ids of the rewritten layer outputs are added to
+    it."""
     roots = list(outputs) + [new for _, new in updates]
     stand_ins = stand_ins_in(roots)
     losses = [s.tag.multigpu_gradient.loss for s in stand_ins]
@@ -140,7 +146,11 @@ def rewrite(inputs, outputs, updates, mesh, batch_rows, layer_calls):
             if (id(variable) in input_ids and id(variable) not in read_by_layers
                     and variable.ndim >= 1):
                 replace[variable] = on_context(variable, output_context)
-    replace.update(real_gradients(stand_ins, replace, wrt=value_holder))
+    if placed_outputs is None:
+        replace.update(real_gradients(stand_ins, replace, wrt=value_holder))
+    else:
+        placed_outputs.update(id(v) for v in rewritten.values())
+        replace.update(rewritten_stand_ins(stand_ins, replace))
     new_roots = replaced(roots, replace)
     check_no_placeholder(new_roots, 'layer-wise rewrite')
     new_updates = [(value_holder(variable), new)
@@ -150,27 +160,34 @@ def rewrite(inputs, outputs, updates, mesh, batch_rows, layer_calls):
 
 class LayerwiseFunction(object):
     """A Keras backend Function compiled at its first call, when the batch
-    size the plan counts activations with is known.
+    size the plan counts activations with is known.  Under MPI (``ranks``
+    = (rank, size)) the rows counted are this rank's share, and a rank
+    without rows (fewer rows than ranks) has a function of its own.
 
-    ``compile_for(batch_rows)`` returns the Keras Function.
+    ``compile_for(batch_rows, idle=False)`` returns the Keras Function.
     """
 
-    def __init__(self, compile_for):
+    def __init__(self, compile_for, ranks=None):
         self._compile_for = compile_for
-        self._compiled = None
+        self._ranks = ranks
+        self._compiled = {}   # idle: the Function
 
     def __call__(self, inputs):
-        if self._compiled is None:
-            rows = next((len(x) for x in inputs if getattr(x, 'ndim', 0) >= 1), 1)
-            self._compiled = self._compile_for(rows)
-        return self._compiled(inputs)
+        rows = next((len(x) for x in inputs if getattr(x, 'ndim', 0) >= 1), 1)
+        if self._ranks is not None:
+            start, stop = slice_bounds(rows, self._ranks[1])[self._ranks[0]]
+            rows = stop - start
+        idle = rows == 0
+        if idle not in self._compiled:
+            self._compiled[idle] = self._compile_for(max(rows, 1), idle)
+        return self._compiled[idle](inputs)
 
     def __getattr__(self, name):
         """``function`` and the rest: the compiled Function's (compiling it,
         with the plan's batch size, if it was never called)."""
         if name.startswith('_'):
             raise AttributeError(name)
-        if self._compiled is None:
+        if False not in self._compiled:
             plan = current_plan()
-            self._compiled = self._compile_for(plan.batch_rows if plan else 1)
-        return getattr(self._compiled, name)
+            self._compiled[False] = self._compile_for(plan.batch_rows if plan else 1)
+        return getattr(self._compiled[False], name)

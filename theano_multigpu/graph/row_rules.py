@@ -335,11 +335,15 @@ def _reduce_rule(node, ins, per_slice, walk):
 
 def _dot_rule(node, ins, per_slice, walk):
     a, b = ins
+    last = node.inputs[0].ndim - 1   # a's contracted axis; b's is 0
+    # Where an operand's rows stay in the product (over the whole batch, too).
+    kept = _data(node, ins, a.rows if a.rows not in (None, last) else
+                 last + b.rows - 1 if b.rows not in (None, 0) else None)[0]
     if a.rows is not None and b.rows is not None:
-        return [], 'multiplies rows with rows (a product over the batch)'
-    if a.rows == 1 or b.rows == 0 or (a.rows is not None and a.rows == node.inputs[0].ndim - 1):
-        return [], 'contracts the batch\'s rows (a sum over the batch)'
-    return _data(node, ins, a.rows if a.rows is not None else node.inputs[0].ndim - 1 + b.rows - 1)
+        return kept, 'multiplies rows with rows (a product over the batch)'
+    if a.rows == last or b.rows == 0:
+        return kept, 'contracts the batch\'s rows (a sum over the batch)'
+    return kept, []
 
 
 def _batched_dot_rule(node, ins, per_slice, walk):
@@ -624,6 +628,8 @@ def _rules():
     from theano.tensor.opt import Assert
     from theano.tensor.signal.pool import Pool
     from theano.tensor.sort import ArgSortOp, SortOp
+
+    from .transfer import ToContext
     return [
         ((ops.Shape, ops.Shape_i), _shape_rule),
         (elemwise.Elemwise, _elemwise_rule),
@@ -652,6 +658,6 @@ def _rules():
           gradient.UndefinedGrad, gradient.DisconnectedGrad, Assert,
           nnet.Softmax, nnet.SoftmaxWithBias, nnet.LogSoftmax,
           bn.AbstractBatchNormInference, gpu_ops.GpuFromHost, gpu_ops.HostFromGpu,
-          gpu_ops.GpuToGpu), _same_rows_rule),
+          gpu_ops.GpuToGpu, ToContext), _same_rows_rule),
     ]
 

@@ -9,7 +9,6 @@ gpuarray backend, and a plain run without pygpu must not.
 """
 from ..config import mesh as mesh_module
 from ..config.mpi_environment import launched_by_mpi
-from ..errors import ConfigurationError
 
 __all__ = ['compile_function', 'SingleOutput', 'mpi_ranks', 'function_title']
 
@@ -20,8 +19,11 @@ def compile_function(keras_function, inputs, outputs, updates, kwargs, title):
     mesh = mesh_module.current()
     ranks = mpi_ranks(mesh)
     if mesh.mode == 'layer':
-        return _layerwise_function(keras_function, list(inputs), list(outputs),
-                                   _unique_updates(updates), kwargs, mesh, title)
+        updates = _unique_updates(updates)
+        mpi = None if ranks is None else (ranks, _agreed(outputs, updates, title))
+        layerwise = _layerwise_function(keras_function, list(inputs), list(outputs), updates,
+                                        kwargs, mesh, title, mpi)
+        return layerwise if ranks is None else FirstStepsWithoutLimit(layerwise)
     if mesh.mode != 'batch' and ranks is None:
         if mesh.graph_name(mesh.master) is not None:
             _steer_to(inputs, mesh.graph_name(mesh.master))
@@ -34,14 +36,11 @@ def compile_function(keras_function, inputs, outputs, updates, kwargs, title):
         from ..graph.gradients import stand_ins_in
         params = [s.tag.multigpu_gradient.param for s in stand_ins_in(roots)]
         sharding.place_shards(_weights_read(roots, updates), updates, params, mesh)
-    serial = 0
+    mpi = None
     if ranks is not None:
-        from ..mpi import agreement
-        serial = agreement.agree_and_broadcast(_weights_read(roots, updates), title)
+        mpi = (ranks, _agreed(outputs, updates, title))
         if mesh.graph_name(mesh.master) is not None:
             _steer_to(inputs, mesh.graph_name(mesh.master))
-
-    mpi = None if ranks is None else (ranks, serial)
 
     def compile_for(mesh, idle=False):
         return _compile_batchwise(keras_function, list(inputs), list(outputs), updates,
@@ -96,17 +95,20 @@ class SingleOutput(object):
 
 def mpi_ranks(mesh):
     """(rank, size) when this process is one of several MPI ranks, else
-    None.  Layer-wise mode is refused under MPI."""
+    None."""
     if not launched_by_mpi():
         return None
-    if mesh.mode == 'layer':
-        raise ConfigurationError(
-            'under MPI each rank trains batch-wise on its share of the batch, but '
-            'THEANO_FLAGS sets multigpu.mode=layer; use multigpu.mode=batch (or '
-            'auto), or run layer-wise in one process without mpirun')
     from ..mpi.world import world
     _, rank, size = world()
     return rank, size
+
+
+def _agreed(outputs, updates, title):
+    """The function's number among those the ranks agreed on, once every
+    rank holds rank 0's weights (see ``agreement.agree_and_broadcast``)."""
+    from ..mpi import agreement
+    roots = list(outputs) + [new for _, new in updates]
+    return agreement.agree_and_broadcast(_weights_read(roots, updates), title)
 
 
 def _weights_read(roots, updates):
@@ -172,18 +174,42 @@ def _checked(compiled, mesh, title, split=None):
     return compiled
 
 
-def _layerwise_function(keras_function, inputs, outputs, updates, kwargs, mesh, title):
+def _layerwise_function(keras_function, inputs, outputs, updates, kwargs, mesh, title,
+                        mpi=None):
     """A Function compiled at its first call (the plan counts activations
-    at that batch size), its placement checked (and reported, if asked)."""
+    at that batch size), its placement checked (and reported, if asked).
+    Under MPI (``mpi``: ((rank, size), the function's number)) each rank
+    computes its share of the batch layer-wise and the ranks join their
+    rows as in batch-wise mode (``_across_ranks``)."""
     from ..graph import layerwise
     from . import keras_graph
 
-    def compile_for(batch_rows):
+    def compile_for(batch_rows, idle=False):
+        placed_outputs = None if mpi is None else set()
         new_outputs, new_updates = layerwise.rewrite(inputs, outputs, updates, mesh,
-                                                     batch_rows, keras_graph.layer_calls)
+                                                     batch_rows, keras_graph.layer_calls,
+                                                     placed_outputs)
+        if mpi is not None:
+            new_outputs, new_updates = _across_ranks(inputs, new_outputs, new_updates,
+                                                     placed_outputs, mpi, idle, title)
         compiled = keras_function(inputs, new_outputs, updates=new_updates, **kwargs)
         return _checked(compiled, mesh, title)
-    return layerwise.LayerwiseFunction(compile_for)
+    return layerwise.LayerwiseFunction(compile_for, None if mpi is None else mpi[0])
+
+
+def _across_ranks(inputs, outputs, updates, placed_outputs, mpi, idle, title):
+    """(outputs, updates) of a layer-wise graph (its gradients stand-ins,
+    its layer outputs' ids ``placed_outputs``) computed by each rank on its
+    share of the batch: the batch-wise rewrite across the ranks, with the
+    rank's layer-wise graph as its one replica."""
+    import theano
+    from ..graph import batchwise
+    outputs, updates, _ = batchwise.rewrite(
+        inputs, outputs, updates, mesh_module.Mesh([], {}, None, 'batch'),
+        lambda v: id(v) in placed_outputs,
+        _gather(mpi, idle, inputs, title), None, (),
+        theano.config.multigpu.batchnorm == 'sync')
+    return outputs, updates
 
 
 _KERAS_FUNCTIONS = {'_make_train_function': "Keras's train function",
