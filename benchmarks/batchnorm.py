@@ -18,7 +18,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from batchwise import CONTEXTS  # noqa: E402
 from harness import median  # noqa: E402
-from one_context import models_main, shim_workers  # noqa: E402
+from one_context import models_main, shim_workers, time_in_turn  # noqa: E402
 
 COMMAND = 'python benchmarks/batchnorm.py'
 CONFIGURATIONS = dict(((mode, n), CONTEXTS[n] + ',multigpu.batchnorm=' + mode)
@@ -27,24 +27,8 @@ CONFIGURATIONS = dict(((mode, n), CONTEXTS[n] + ',multigpu.batchnorm=' + mode)
 
 def measure(rounds, models):
     """{model: {(mode, contexts): [step seconds]}}."""
-    workers = shim_workers('batchnorm_', CONFIGURATIONS)
-    try:
-        steps = {name: {key: [] for key in workers} for name in models}
-        for name in models:
-            for key, worker in workers.items():
-                built = worker.ask({'build': name})
-                print('  built %s, batchnorm=%s on %d contexts, in %.1f s'
-                      % (name, key[0], key[1], built['seconds']), flush=True)
-        order = list(workers)
-        for round_index in range(rounds):
-            rotated = order[round_index % len(order):] + order[:round_index % len(order)]
-            for name in models:
-                for key in rotated:
-                    steps[name][key] += workers[key].ask({'time': name, 'steps': 1})['times']
-        return (steps,)
-    finally:
-        for worker in workers.values():
-            worker.close()
+    return (time_in_turn(shim_workers('batchnorm_', CONFIGURATIONS), models, rounds,
+                         lambda key: 'batchnorm=%s, %d contexts' % key),)
 
 
 def figures_for(steps):

@@ -87,6 +87,31 @@ def shim_workers(prefix, contexts, ranks=None):
     return workers
 
 
+def time_in_turn(workers, names, rounds, label=str):
+    """{name: {key: [step seconds]}}: each model of ``names`` built on each
+    of ``workers`` ({key: Worker}, closed at the end), then one step of each
+    timed on each, ``rounds`` times, the order of the models and of the
+    workers rotated each round so all see the same machine noise.
+    ``label(key)`` says which worker a progress line is about."""
+    def rotated(items, by):
+        return items[by % len(items):] + items[:by % len(items)]
+    try:
+        for name in names:
+            for key, worker in workers.items():
+                built = worker.ask({'build': name})
+                print('  built %s on %s in %.1f s' % (name, label(key), built['seconds']),
+                      flush=True)
+        steps = dict((name, dict((key, []) for key in workers)) for name in names)
+        for round_index in range(rounds):
+            for name in rotated(list(names), round_index):
+                for key in rotated(list(workers), round_index):
+                    steps[name][key] += workers[key].ask({'time': name, 'steps': 1})['times']
+        return steps
+    finally:
+        for worker in workers.values():
+            worker.close()
+
+
 def models_parser(doc, default_models):
     """The command line of a benchmark over models: --rounds, --models."""
     parser = argparse.ArgumentParser(description=doc.split('\n')[0])

@@ -7,9 +7,9 @@ back, each step.  The figure is the step time of the mlp with one such
 layer over the same mlp without it, at 2 and 4 contexts and the same
 global batch: centring (``h - K.mean(h, axis=0)``: partial sums, a few
 floats per context) and in-batch attention (``softmax(h h^T) h``: the
-rows joined, a batch x batch product on the master).  One long-lived
-worker per contexts, asked in turn with the order rotated, so all see the
-same machine noise.  pocl runs one device at a time, so this is the cost
+rows joined, the batch x batch products on the master).  One long-lived
+worker per number of contexts, asked in turn with the order rotated, so
+all see the same machine noise.  pocl runs one device at a time, so this is the cost
 of the extra copies and ops, not of the wait.
 
     python benchmarks/whole_batch.py [--rounds 20] [--models mlp_centred,mlp_attention]
@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from batchwise import CONTEXTS  # noqa: E402
 from harness import median  # noqa: E402
 from models import WHOLE_BATCH_MODELS  # noqa: E402
-from one_context import models_main, shim_workers  # noqa: E402
+from one_context import models_main, shim_workers, time_in_turn  # noqa: E402
 
 COMMAND = 'python benchmarks/whole_batch.py'
 BASELINE = 'mlp'
@@ -30,23 +30,8 @@ BASELINE = 'mlp'
 def measure(rounds, models):
     """{model: {contexts: [step seconds]}}, the baseline mlp's included."""
     workers = shim_workers('whole_batch_', dict((n, CONTEXTS[n]) for n in (2, 4)))
-    names = [BASELINE] + list(models)
-    try:
-        for name in names:
-            for n, worker in workers.items():
-                built = worker.ask({'build': name})
-                print('  built %s on %d contexts in %.1f s' % (name, n, built['seconds']),
-                      flush=True)
-        steps = {name: {n: [] for n in workers} for name in names}
-        for round_index in range(rounds):
-            rotated = names[round_index % len(names):] + names[:round_index % len(names)]
-            for name in rotated:
-                for n, worker in workers.items():
-                    steps[name][n] += worker.ask({'time': name, 'steps': 1})['times']
-        return (steps,)
-    finally:
-        for worker in workers.values():
-            worker.close()
+    return (time_in_turn(workers, [BASELINE] + list(models), rounds,
+                         lambda n: '%d contexts' % n),)
 
 
 def figures_for(steps):

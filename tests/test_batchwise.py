@@ -206,6 +206,16 @@ def test_report_shows_each_context_share_ops_and_bytes(home):
                               Dense(3, activation='softmax')])
         centred.compile(loss='categorical_crossentropy', optimizer='sgd')
         centred.train_on_batch(x, y)
+        # Rows moved off the first axis, then a reshape whose blocks only
+        # the run can judge: each replica checks them as it runs.
+        moved = Sequential([Dense(4, input_dim=8), Lambda(
+            lambda h: K.reshape(K.permute_dimensions(h, (1, 0)), (-1, 4)), name='moved'),
+            Dense(3, activation='softmax')])
+        moved.compile(loss='categorical_crossentropy', optimizer='sgd')
+        try:
+            moved.train_on_batch(x, y)
+        except AssertionError as error:   # Theano's Assert, as it ran
+            print('moved:', str(error).splitlines()[0])
     '''))
     result = run_python(home, flags=TWO, args=['-m', 'theano_multigpu', 'report', str(script)])
     weight_bytes = int(result.stdout.split('weight bytes')[1])
@@ -238,6 +248,9 @@ def test_report_shows_each_context_share_ops_and_bytes(home):
     assert ("\n    centre: 64 B; Sum{axis=[0], acc_dtype=float64} reduces over the batch's "
             "rows (axis 0); Elemwise{true_div,no_inplace} computes a value of the whole batch "
             "with the number of rows") in centred, centred
+    moved = result.stdout.split('moved:')[1]
+    assert ("Reshape{2} in layer 'moved' reshapes the batch's rows across other axes" in moved
+            and '(found as it ran: only the shapes of a batch tell)' in moved), moved
 
 
 FITS_WHEN_SHARDED = '''

@@ -82,8 +82,8 @@ def test_two_ranks_with_two_contexts_each_train_as_one_context(tmp_path_factory)
     shares of 1 and 2 rows a rank computes batch-wise on one context (the
     ranks' graphs, and so their collectives, alike); at 1 row rank 0 has
     none; BatchNormalization and the ops where the rows meet see the
-    whole batch."""
-    models = ['mlp@9', 'mlp@1', 'cnn_bn1', 'rows_meet@3']
+    whole batch (at 9 rows over each rank's two contexts)."""
+    models = ['mlp@9', 'mlp@1', 'cnn_bn1', 'rows_meet@9']
     flags = {1: ONE, 'batch': TWO, 'layer': TWO + ',multigpu.mode=layer'}
     runs = train_models(tmp_path_factory.mktemp('mpi_pocl'), flags,
                         dict((key, models) for key in flags), STEPS, BATCH,

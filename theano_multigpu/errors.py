@@ -26,8 +26,8 @@ class PatchTargetError(RuntimeError):
 
 
 class RowsMeetError(ValueError):
-    """No longer raised: batch-wise mode computes the ops where the batch's
-    rows meet over the whole batch.  Kept so that code catching it still
+    """Not raised: batch-wise mode computes the ops where the batch's rows
+    meet over the whole batch.  Defined so that code that catches it
     imports."""
 
 

@@ -242,11 +242,15 @@ def build(name, rng, n):
             return theano.scan(lambda row, total: total + row, sequences=h,
                                outputs_info=T.zeros_like(h[0]))[0]
 
-        lambdas = [centre, whiten, similarity, counted, regrouped, one_hot, looped,
+        def rescaled(h):   # dropout rescaled by its own mask's mean (a draw of the batch)
+            mask = K.random_binomial(K.shape(h), p=0.5)
+            return h * mask / (K.mean(mask) + 0.1)
+
+        lambdas = [centre, whiten, similarity, counted, regrouped, one_hot, looped, rescaled,
                    lambda h: h[::-1], lambda h: h[0:], lambda h: h * K.max(h, axis=0),
                    lambda h: T.extra_ops.fill_diagonal(h, 0.)]
         names = ['centre', 'whiten', 'similarity', 'counted', 'regrouped', 'one_hot', 'looped',
-                 'reversed', 'head', 'row_max', 'no_rule']
+                 'rescaled', 'reversed', 'head', 'row_max', 'no_rule']
         inputs = Input(shape=(4,))
         hidden = Dense(6, activation='tanh')(inputs)
         met = [Lambda(f, output_shape=lambda s: s, name=n)(hidden)

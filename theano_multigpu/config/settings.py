@@ -99,9 +99,9 @@ def _register_settings(configparser):
         "device's free memory).",
         Param('', filter=_filter_with(parse_device_memory)), in_c_key=False)
     add('multigpu.batchnorm',
-        "Batch-wise mode: BatchNormalization's statistics in training, 'sync' "
-        "(of the whole batch, as on one device) or 'local' (of each context's "
-        "rows: no wait for the other contexts, other numbers).",
+        "Batch-wise mode (and layer-wise under MPI): BatchNormalization's "
+        "statistics in training, 'sync' (of the whole batch, as on one device) or "
+        "'local' (of each context's, or rank's, rows: no wait, other numbers).",
         Param('sync', filter=_filter_batchnorm), in_c_key=False)
     add('multigpu.shard',
         "Batch-wise mode over two or more contexts (of each MPI rank): each weight "

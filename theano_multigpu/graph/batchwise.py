@@ -404,6 +404,10 @@ def _sum_of_partial_sums(node, found, replicas, join, purpose):
         return None
     x, = node.inputs
     rows = found.facts_of(x).rows
+    # (A sum of a tensor made for the whole batch, or along other axes,
+    # has no replicas' sums to add.)
+    if rows is None or rows not in (range(x.ndim) if node.op.axis is None else node.op.axis):
+        return None
 
     def partial(rows_at, value):
         """``value`` summed along ``rows_at``, which it keeps (as one row,

@@ -161,8 +161,8 @@ def rewrite(inputs, outputs, updates, mesh, batch_rows, layer_calls, placed_outp
 class LayerwiseFunction(object):
     """A Keras backend Function compiled at its first call, when the batch
     size the plan counts activations with is known.  Under MPI (``ranks``
-    = (rank, size)) the rows counted are this rank's share, and a rank
-    without rows (fewer rows than ranks) has a function of its own.
+    = (rank, size)) the rows counted are the largest rank's share, and a
+    rank without rows (fewer rows than ranks) has a function of its own.
 
     ``compile_for(batch_rows, idle=False)`` returns the Keras Function.
     """
@@ -174,12 +174,13 @@ class LayerwiseFunction(object):
 
     def __call__(self, inputs):
         rows = next((len(x) for x in inputs if getattr(x, 'ndim', 0) >= 1), 1)
+        idle = False
         if self._ranks is not None:
-            start, stop = slice_bounds(rows, self._ranks[1])[self._ranks[0]]
-            rows = stop - start
-        idle = rows == 0
+            # Every rank plans with the largest share: the same plan.
+            shares = [stop - start for start, stop in slice_bounds(rows, self._ranks[1])]
+            rows, idle = max(shares), shares[self._ranks[0]] == 0
         if idle not in self._compiled:
-            self._compiled[idle] = self._compile_for(max(rows, 1), idle)
+            self._compiled[idle] = self._compile_for(rows, idle)
         return self._compiled[idle](inputs)
 
     def __getattr__(self, name):

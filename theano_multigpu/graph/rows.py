@@ -180,10 +180,11 @@ def _walk(inputs, input_facts, outputs, describe, sync_batchnorm, inner):
 
 
 def _message(node, layer, why):
+    """Why a shape condition checked as the step runs failed."""
     where = 'in layer %r' % layer if layer else 'outside any layer'
-    return ('batch-wise mode splits each batch\'s rows over the contexts, so the ops '
-            'before the loss must keep each row apart, but %s %s %s: on one device it '
-            'sees the whole batch, on several contexts each would see only its '
-            'rows, and the numbers would differ. Compute it in the loss, run on one '
-            'context (THEANO_FLAGS multigpu.contexts=dev0) or layer-wise '
-            '(multigpu.mode=layer).' % (node.op, where, why))
+    return ('batch-wise mode splits each batch\'s rows over the contexts (and ranks), so '
+            'each must compute its rows as one device computes them, but %s %s %s: on '
+            'one device it sees the whole batch, on several contexts each would see only '
+            'its rows, and the numbers would differ. Compute it in the loss, or run on '
+            'one context (THEANO_FLAGS contexts=dev0->...) in one process.'
+            % (node.op, where, why))

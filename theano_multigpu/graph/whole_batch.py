@@ -109,12 +109,15 @@ class WholeBatch(object):
                 for v in variable.owner.inputs]
         while todo:
             variable = todo.pop()
-            if id(variable) in seen or variable.owner is None or self._rebuilder.has(variable):
+            if id(variable) in seen or self._rebuilder.has(variable):
                 continue
             seen.add(id(variable))
             facts = self._found.facts_of(variable)
+            # (A batch input too: under MPI a rank may hold a batch of its own.)
             if facts.rows is not None:
                 found.append((variable, facts.rows))
+            elif variable.owner is None:
+                continue
             elif facts.count is not None and not facts.involved:
                 found.append((variable, None))
             else:

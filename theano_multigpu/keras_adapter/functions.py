@@ -56,10 +56,11 @@ def compile_function(keras_function, inputs, outputs, updates, kwargs, title):
 
 
 class FirstStepsWithoutLimit(object):
-    """Under MPI, a SplitFunction whose first call at each batch size waits
-    for the other ranks without a time limit: a rank may first compile a
-    function for its share of rows of that size (or build a kernel or
-    Scan's loop at its first call) while the others wait in the step."""
+    """Under MPI, a function (a SplitFunction or LayerwiseFunction) whose
+    first call at each batch size waits for the other ranks without a time
+    limit: a rank may first compile a function for its share of rows of
+    that size (or build a kernel or Scan's loop at its first call) while
+    the others wait in the step."""
 
     def __init__(self, split):
         self._split = split

@@ -62,10 +62,14 @@ def _settings():
     import theano
     multigpu = theano.config.multigpu
     timeout = 'inf' if float(multigpu.mpi_timeout) == float('inf') else 'finite'
+    # (The number of contexts and the mode shape each rank's graph, and so
+    # the order of its collectives.)
+    contexts = len([entry for entry in theano.config.contexts.split(';') if entry.strip()])
     return ('multigpu.mpi_timeout %s, multigpu.mpi_check_inputs %s, '
-            'multigpu.mpi_shared_memory %s, multigpu.batchnorm %s'
+            'multigpu.mpi_shared_memory %s, multigpu.batchnorm %s, multigpu.mode %s, '
+            '%d contexts'
             % (timeout, multigpu.mpi_check_inputs, multigpu.mpi_shared_memory,
-               multigpu.batchnorm))
+               multigpu.batchnorm, multigpu.mode, contexts))
 
 
 def _shape(shared_variable):

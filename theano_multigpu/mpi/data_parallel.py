@@ -4,11 +4,13 @@ batch, the ranks' rows are joined, and the gradients summed.
 Under ``mpirun`` (or SLURM's ``srun``) every rank runs the user's unchanged
 script and Keras hands every rank the same batch.  ``RankGather`` is the
 batch-wise rewrite's gather across ranks: each rank's contexts (or its
-host) compute its share of the rows, ``AllGatherRows`` joins the ranks'
-rows of the layer outputs the loss reads, so loss, metrics and state
-updates are computed on the whole batch, identically on every rank, and
-``AllReduceSum`` sums the ranks' weight gradients, so the optimizer's
-updates are identical on every rank too.
+host, or its layer-wise graph) compute its share of the rows,
+``AllGatherRows`` joins the ranks' rows of the layer outputs the loss
+reads, so loss, metrics and state updates are computed on the whole batch,
+identically on every rank (and of what batch normalisation's statistics
+and the ops where the rows meet read, which every rank then computes over
+the whole batch for its rows), and ``AllReduceSum`` sums the ranks' weight
+gradients, so the optimizer's updates are identical on every rank too.
 """
 import theano
 from theano import gof, tensor
@@ -37,6 +39,7 @@ class RankGather(object):
         self.rank, self.size, self.idle = rank, size, idle
         self.call, self.serial = call, serial
         self._checked = list(checked)
+        self._joins = 0   # the gathers made so far: the next one's index
 
     def replica_bounds(self, batch_size, replicas):
         if self.idle:
@@ -55,21 +58,23 @@ class RankGather(object):
         checked = []
         if replicated:
             checked, self._checked = self._checked, []
-        return all_gather_rows(joined_here, rows, replicated, checked, self.call, self.serial)
+        self._joins += 1
+        return all_gather_rows(joined_here, rows, replicated, checked, self.call, self.serial,
+                               self._joins - 1)
 
     def gradients(self, stand_ins, replace, wrt=None):
         return data_parallel_gradients(stand_ins, replace, wrt)
 
 
 def all_gather_rows(blocks, rows_per_rank, replicated=True, checked=(),
-                    call='a compiled function', serial=0):
+                    call='a compiled function', serial=0, index=0):
     """The whole batch's rows of each of ``blocks`` (this rank's rows),
     from every rank; ``rows_per_rank`` lists the rows each rank holds;
     ``replicated``, ``checked`` (inputs every rank must hold alike),
-    ``call`` and ``serial``: see AllGatherRows."""
+    ``call``, ``serial`` and ``index``: see AllGatherRows."""
     rank = world()[1]
     names = tuple(v.name or 'input %d' % k for k, v in enumerate(checked))
-    gather = AllGatherRows(rank, replicated, names, call, serial)
+    gather = AllGatherRows(rank, replicated, names, call, serial, index)
     return gather(tensor.stack(rows_per_rank).astype('int64'), *(list(blocks) + list(checked)),
                   return_list=True)
 

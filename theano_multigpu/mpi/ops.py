@@ -47,17 +47,22 @@ class AllGatherRows(gof.Op):
     (``replicated``, the loss), else of that gradient summed over the ranks
     (a statistic each rank uses for its own rows).
     """
-    __props__ = ('rank', 'replicated', 'checked', 'call', 'serial')
+    __props__ = ('rank', 'replicated', 'checked', 'call', 'serial', 'index')
 
-    def __init__(self, rank, replicated=True, checked=(), call='a compiled function', serial=0):
+    def __init__(self, rank, replicated=True, checked=(), call='a compiled function', serial=0,
+                 index=0):
         self.rank = rank
         self.replicated = replicated
         self.checked = tuple(checked)
         self.call = call
         self.serial = serial
+        self.index = index
         # The digest of this gather: of its function (title and number), of
-        # what it gathers and of the inputs it checks.
-        self.identity = _digest_of_text(repr((call, serial, replicated, self.checked)))
+        # its place among the function's gathers (``index``, in the order
+        # the rewrite made them: the same on every rank), of what it gathers
+        # and of the inputs it checks.  Ranks that run their gathers in
+        # other orders stop, rather than swap rows of one layout.
+        self.identity = _digest_of_text(repr((call, serial, index, replicated, self.checked)))
 
     def make_node(self, rows, *blocks_and_checked):
         rows = tensor.as_tensor_variable(rows)
