@@ -78,16 +78,17 @@ def test_two_ranks_with_two_contexts_each_train_as_one_context(tmp_path_factory)
     """Ranks compose with contexts: each rank computes its share of the
     batch batch-wise over its two pocl contexts, or layer-wise on them
     (the plan alike on every rank), and the ranks join their rows and sum
-    their gradients: one model list both ways, equal to one context.  With
-    shares of 1 and 2 rows a rank computes batch-wise on one context (the
-    ranks' graphs, and so their collectives, alike); at 1 row rank 0 has
-    none; BatchNormalization and the ops where the rows meet see the
-    whole batch (at 9 rows over each rank's two contexts)."""
+    their gradients: one model list both ways, equal to one context.  At 1
+    row rank 0 has none; BatchNormalization and the ops where the rows meet
+    see the whole batch (at 9 rows, over each rank's two contexts).  With
+    shares of 1 and 2 rows (rows_meet@3, batch-wise) each rank computes on
+    one context: the ranks' graphs, and so their collectives, alike."""
     models = ['mlp@9', 'mlp@1', 'cnn_bn1', 'rows_meet@9']
     flags = {1: ONE, 'batch': TWO, 'layer': TWO + ',multigpu.mode=layer'}
     runs = train_models(tmp_path_factory.mktemp('mpi_pocl'), flags,
-                        dict((key, models) for key in flags), STEPS, BATCH,
-                        ranks={'batch': 2, 'layer': 2})
+                        {1: models + ['rows_meet@3'], 'batch': models + ['rows_meet@3'],
+                         'layer': models}, STEPS, BATCH, ranks={'batch': 2, 'layer': 2})
+    assert_same_training(runs[1], runs['batch'], 'rows_meet@3')
     for mode in ('batch', 'layer'):
         for name in models:
             assert_same_training(runs[1], runs[mode], name)
@@ -305,6 +306,28 @@ def test_ranks_handed_batches_of_their_own_train_on_their_shares_with_the_check_
                         flags='multigpu.mpi_check_inputs=False')
     line = [l for l in result.stdout.splitlines() if l.startswith('results')]
     assert line == ['results %s' % ([([True] * 4, [True] * 4)] * 3)], result.stdout[-2000:]
+
+
+@needs_pocl
+def test_layer_wise_under_mpi_refuses_a_stateful_layer_before_compiling(home):
+    """Layer-wise under MPI does not split a stateful layer's states over
+    the ranks: every rank stops before compiling, naming the function and
+    the way out."""
+    result = run_python(home, """
+        from keras.models import Sequential
+        from keras.layers import LSTM
+        from theano_multigpu.errors import ConfigurationError
+        model = Sequential([LSTM(2, stateful=True, batch_input_shape=(4, 3, 2))])
+        model.compile(loss='mse', optimizer='sgd')
+        try:
+            model._make_train_function()
+        except ConfigurationError as error:
+            print('refused:', error, flush=True)
+    """, ranks=2, timeout=300, flags=TWO + ',multigpu.mode=layer')
+    refusals = [l for l in result.stdout.splitlines() if l.startswith('refused:')]
+    assert len(refusals) == 2, result.stdout[-2000:]
+    assert "Keras's train function reads the states of a stateful recurrent layer" \
+        in refusals[0] and 'use multigpu.mode=batch under MPI' in refusals[0], refusals
 
 
 def test_plain_runs_never_import_mpi4py(home):

@@ -238,7 +238,7 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
         return rows_back(moved(whole, HOST, master, purpose), axis)
 
     def whole_batch(replicated):
-        return WholeBatch(_replica(frontier, inputs, master, (0, batch_size), sliced_first,
+        return WholeBatch(_replica(frontier, (), master, (0, batch_size), sliced_first,
                                    batch_size, without_batch_size),
                           replicas, found, join, replicated)
     for_replicas = whole_batch(replicated=False)

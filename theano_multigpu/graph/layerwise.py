@@ -180,7 +180,7 @@ class LayerwiseFunction(object):
             shares = [stop - start for start, stop in slice_bounds(rows, self._ranks[1])]
             rows, idle = max(shares), shares[self._ranks[0]] == 0
         if idle not in self._compiled:
-            self._compiled[idle] = self._compile_for(rows, idle)
+            self._compiled[idle] = self._compile_for(max(rows, 1), idle)
         return self._compiled[idle](inputs)
 
     def __getattr__(self, name):

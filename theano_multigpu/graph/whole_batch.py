@@ -71,13 +71,14 @@ class WholeBatch(object):
     """The whole batch's version of a graph whose replicas compute rows of
     it, built on the master as far as asked.
 
-    ``rebuilder`` is a Rebuilder that computes on the master from the
-    whole batch's inputs; ``replicas`` the replicas' Rebuilders; ``found``
-    the row analysis (``rows.RowsFound``); ``join(pieces, axis,
-    replicated)`` joins the replicas' rows of a tensor held on ``axis``
-    into the whole batch's, on the master.  ``replicated``: the values are
-    read alike on every rank (the loss reads them), rather than each rank
-    using them for its own rows (see ``RankGather.join``).
+    ``rebuilder`` is a Rebuilder that computes on the master, without keys
+    for the batch inputs (it reads them, as every tensor of rows, joined
+    from the replicas' rows); ``replicas`` the replicas' Rebuilders;
+    ``found`` the row analysis (``rows.RowsFound``); ``join(pieces, axis,
+    replicated, purpose)`` joins the replicas' rows of a tensor held on
+    ``axis`` into the whole batch's, on the master.  ``replicated``: the
+    values are read alike on every rank (the loss reads them), rather than
+    each rank using them for its own rows (see ``RankGather.join``).
     """
 
     def __init__(self, rebuilder, replicas, found, join, replicated):
@@ -113,7 +114,8 @@ class WholeBatch(object):
                 continue
             seen.add(id(variable))
             facts = self._found.facts_of(variable)
-            # (A batch input too: under MPI a rank may hold a batch of its own.)
+            # (A batch input too: under MPI a rank may hold a batch of its
+            # own, whose share is all the ranks' whole batch has of it.)
             if facts.rows is not None:
                 found.append((variable, facts.rows))
             elif variable.owner is None:

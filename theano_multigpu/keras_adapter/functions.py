@@ -9,6 +9,7 @@ gpuarray backend, and a plain run without pygpu must not.
 """
 from ..config import mesh as mesh_module
 from ..config.mpi_environment import launched_by_mpi
+from ..errors import ConfigurationError
 
 __all__ = ['compile_function', 'SingleOutput', 'mpi_ranks', 'function_title']
 
@@ -20,6 +21,8 @@ def compile_function(keras_function, inputs, outputs, updates, kwargs, title):
     ranks = mpi_ranks(mesh)
     if mesh.mode == 'layer':
         updates = _unique_updates(updates)
+        if ranks is not None:
+            _refuse_states_across_ranks(list(outputs) + [new for _, new in updates], title)
         mpi = None if ranks is None else (ranks, _agreed(outputs, updates, title))
         layerwise = _layerwise_function(keras_function, list(inputs), list(outputs), updates,
                                         kwargs, mesh, title, mpi)
@@ -102,6 +105,20 @@ def mpi_ranks(mesh):
     from ..mpi.world import world
     _, rank, size = world()
     return rank, size
+
+
+def _refuse_states_across_ranks(roots, title):
+    """Layer-wise under MPI splits the batch over the ranks but not yet a
+    stateful layer's states (each rank's rows of them): stop before
+    compiling rather than carry the wrong rows."""
+    from . import keras_graph
+    states = keras_graph.row_states(roots)
+    if states:
+        raise ConfigurationError(
+            'layer-wise mode under MPI splits each batch over the ranks, but %s reads the '
+            'states of a stateful recurrent layer (%s), which it cannot split yet; use '
+            'multigpu.mode=batch under MPI, or layer-wise in one process'
+            % (title, ', '.join(sorted(set(s.name or 'unnamed' for s in states)))))
 
 
 def _agreed(outputs, updates, title):

@@ -5,6 +5,7 @@ import weakref
 
 import numpy as np
 
+from ..config import mesh as mesh_module
 from .world import calls, wait_for_every_rank, world
 
 __all__ = ['agree_and_broadcast', 'share_random_state']
@@ -62,14 +63,15 @@ def _settings():
     import theano
     multigpu = theano.config.multigpu
     timeout = 'inf' if float(multigpu.mpi_timeout) == float('inf') else 'finite'
-    # (The number of contexts and the mode shape each rank's graph, and so
-    # the order of its collectives.)
-    contexts = len([entry for entry in theano.config.contexts.split(';') if entry.strip()])
+    # (The mode and the contexts taking part shape each rank's graph, and
+    # so the order of its collectives.)
+    mesh = mesh_module.current()
+    contexts = len(mesh.names)
     return ('multigpu.mpi_timeout %s, multigpu.mpi_check_inputs %s, '
             'multigpu.mpi_shared_memory %s, multigpu.batchnorm %s, multigpu.mode %s, '
             '%d contexts'
             % (timeout, multigpu.mpi_check_inputs, multigpu.mpi_shared_memory,
-               multigpu.batchnorm, multigpu.mode, contexts))
+               multigpu.batchnorm, mesh.mode, contexts))
 
 
 def _shape(shared_variable):

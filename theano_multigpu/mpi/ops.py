@@ -130,9 +130,10 @@ class AllGatherRows(gof.Op):
             if theirs[0] != agreed[0]:
                 raise RanksApartError(
                     'every MPI rank must make the same Keras calls, but at this step rank %d '
-                    'of %d ran another compiled function than %s (this rank, %d, runs %s); '
-                    'call it on every rank, not under a test of the rank'
-                    % (other, len(rows), than, self.rank, self.call))
+                    'of %d ran another compiled function than %s (this rank, %d, runs %s, '
+                    'its gather %d), or the same function\'s gathers in another order; '
+                    'call it on every rank, not under a test of the rank, with the same '
+                    'THEANO_FLAGS' % (other, len(rows), than, self.rank, self.call, self.index))
             if theirs[1] != agreed[1]:
                 raise RanksApartError(
                     'every MPI rank must be handed the same batch, but rank %d of %d was handed '
