@@ -218,7 +218,7 @@ def test_report_shows_each_context_share_ops_and_bytes(home):
             print('moved:', str(error).splitlines()[0])
     '''))
     result = run_python(home, flags=TWO, args=['-m', 'theano_multigpu', 'report', str(script)])
-    weight_bytes = int(result.stdout.split('weight bytes')[1])
+    weight_bytes = int(result.stdout.split('weight bytes')[1].split()[0])
     assert weight_bytes == (8 * 16 + 16 + 16 * 3 + 3) * 4
     report = result.stderr.split("placement report: Keras's train function")[1]
     rows = {line.split()[0]: line for line in report.splitlines()[2:4]}

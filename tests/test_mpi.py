@@ -314,13 +314,14 @@ def test_layer_wise_under_mpi_refuses_a_stateful_layer_before_compiling(home):
     the ranks: every rank stops before compiling, naming the function and
     the way out."""
     result = run_python(home, """
+        import numpy as np
         from keras.models import Sequential
         from keras.layers import LSTM
         from theano_multigpu.errors import ConfigurationError
         model = Sequential([LSTM(2, stateful=True, batch_input_shape=(4, 3, 2))])
         model.compile(loss='mse', optimizer='sgd')
         try:
-            model._make_train_function()
+            model.train_on_batch(np.zeros((4, 3, 2), 'float32'), np.zeros((4, 2), 'float32'))
         except ConfigurationError as error:
             print('refused:', error, flush=True)
     """, ranks=2, timeout=300, flags=TWO + ',multigpu.mode=layer')
