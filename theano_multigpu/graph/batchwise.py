@@ -372,12 +372,10 @@ def _checked(frontier, checks, at):
 
 def _downstream(outputs, sources):
     """The ids of ``sources`` and of what reads them, up to ``outputs``."""
-    reached = set(id(v) for v in sources)
-    if reached:
-        for node in gof.graph.io_toposort(gof.graph.inputs(outputs), outputs):
-            if any(id(v) in reached for v in node.inputs):
-                reached.update(id(v) for v in node.outputs)
-    return reached
+    if not sources:
+        return set()
+    return set(id(v) for v in sources).union(
+        id(v) for node in _reading(sources, outputs) for v in node.outputs)
 
 
 def _in_graph_order(outputs, synced, computed_whole, sliced_later):
