@@ -1,4 +1,5 @@
-"""Unit tests of the flag parsing and the mesh: pure functions, no Theano,
+"""Unit tests of the flag parsing, the settings table (and README's table and
+theanorc.example written from it) and the mesh: pure functions, no Theano,
 no Keras, no device.
 
 ``theano_multigpu/__init__`` turns the shim on when imported, which would
@@ -27,6 +28,7 @@ def _load_pure_modules():
     sys.modules['theano_multigpu'] = package
     try:
         return (importlib.import_module('theano_multigpu.config.settings'),
+                importlib.import_module('theano_multigpu.config.settings_text'),
                 importlib.import_module('theano_multigpu.config.mesh'),
                 importlib.import_module('theano_multigpu.errors'))
     finally:
@@ -36,7 +38,7 @@ def _load_pure_modules():
         sys.modules.update(saved)
 
 
-settings, mesh, errors = _load_pure_modules()
+settings, settings_text, mesh, errors = _load_pure_modules()
 ConfigurationError = errors.ConfigurationError
 TWO = 'dev0->cuda0;dev1->cuda1'
 
@@ -212,51 +214,132 @@ def test_new_flags_pass_untouched(capsys):
     assert capsys.readouterr().err == ''
 
 
-# settings filters ---------------------------------------------------------
+# the settings table and its checks ------------------------------------------
+
+def check(name, value):
+    return settings.SETTING[name].check(value)
+
 
 @pytest.mark.parametrize('mode', settings.MODES)
-def test_mode_filter_accepts(mode):
-    assert settings._filter_mode(mode) == mode
+def test_mode_check_accepts(mode):
+    assert check('multigpu.mode', mode) == mode
 
 
-def test_mode_filter_refuses():
+def test_mode_check_refuses():
     with pytest.raises(ConfigurationError, match='multigpu.mode expects one of auto/batch/layer') as info:
-        settings._filter_mode('fast')
+        check('multigpu.mode', 'fast')
     assert "'fast'" in str(info.value) and 'multigpu.mode=batch' in str(info.value)
 
 
 @pytest.mark.parametrize('value', ['sync', 'local'])
-def test_batchnorm_filter_accepts(value):
-    assert settings._filter_batchnorm(value) == value
+def test_batchnorm_check_accepts(value):
+    assert check('multigpu.batchnorm', value) == value
 
 
-def test_batchnorm_filter_refuses():
+def test_batchnorm_check_refuses():
     with pytest.raises(ConfigurationError,
                        match="multigpu.batchnorm expects one of sync/local, but received 'on'"):
-        settings._filter_batchnorm('on')
+        check('multigpu.batchnorm', 'on')
 
 
 @pytest.mark.parametrize('value', ['0', 'all'])
-def test_save_on_filter_accepts(value):
-    assert settings._filter_save_on(value) == value
+def test_save_on_check_accepts(value):
+    assert check('multigpu.save_on', value) == value
 
 
-@pytest.mark.parametrize('value', ['300', '2.5'])
-def test_mpi_timeout_filter_accepts(value):
-    assert settings._filter_mpi_timeout(value) == value
+@pytest.mark.parametrize('value', ['300', '2.5', 'inf'])
+def test_mpi_timeout_check_accepts(value):
+    assert check('multigpu.mpi_timeout', value) == value
 
 
 @pytest.mark.parametrize('value', ['0', '-1', 'soon', ''])
-def test_mpi_timeout_filter_refuses(value):
+def test_mpi_timeout_check_refuses(value):
     with pytest.raises(ConfigurationError,
                        match='multigpu.mpi_timeout expects a positive number of seconds'):
-        settings._filter_mpi_timeout(value)
+        check('multigpu.mpi_timeout', value)
 
 
-def test_names_filter_refuses():
-    with pytest.raises(ConfigurationError, match='multigpu.master') as info:
-        settings._filter_names('multigpu.master')('dev-1')
+@pytest.mark.parametrize('name', ['multigpu.master', 'multigpu.contexts'])
+def test_names_check_refuses(name):
+    with pytest.raises(ConfigurationError, match=name) as info:
+        check(name, 'dev-1')
     assert "'dev-1'" in str(info.value)
+
+
+@pytest.mark.parametrize('name, value', [
+    ('multigpu.layer_map', 'dense_1'), ('multigpu.device_memory', 'lots')])
+def test_parsed_settings_refuse_what_their_parser_refuses(name, value):
+    with pytest.raises(ConfigurationError, match=name):
+        check(name, value)
+
+
+def test_every_setting_has_a_default_its_check_accepts_and_its_texts():
+    assert len(settings.SETTING) == len(settings.SETTINGS)
+    for setting in settings.SETTINGS:
+        assert setting.name.startswith('multigpu.') and setting.summary and setting.help
+        if setting.kind == 'bool':
+            assert setting.default in (True, False)
+        else:
+            assert setting.check(setting.default) == setting.default, setting.name
+        assert setting.kind != 'choice' or setting.example in setting.choices, setting.name
+
+
+def test_shown_says_what_an_empty_value_means():
+    master = settings.SETTING['multigpu.master']
+    assert (master.shown(''), master.shown('dev1')) == ('(first)', 'dev1')
+    assert settings_text.shown_default(settings.SETTING['multigpu.report']) == 'False'
+
+
+def _repository_file(name):
+    import pathlib
+    return (pathlib.Path(__file__).resolve().parent.parent / name).read_text()
+
+
+FIX = 'run `python -m theano_multigpu settings --write` in the repository root'
+
+
+def test_theanorc_example_is_written_from_the_table():
+    assert _repository_file('theanorc.example') == settings_text.theanorc(), (
+        'theanorc.example differs from the settings table '
+        '(theano_multigpu/config/settings.py); ' + FIX)
+
+
+def test_readme_settings_table_is_written_from_the_table():
+    readme = _repository_file('README.rst')
+    assert settings_text.readme_table(readme) == settings_text.rst_table(), (
+        "README.rst's settings table differs from the settings table "
+        '(theano_multigpu/config/settings.py); ' + FIX)
+    assert settings_text.readme_with_table(readme) == readme
+
+
+def test_every_setting_is_in_readme_and_theanorc_example():
+    readme, theanorc = _repository_file('README.rst'), _repository_file('theanorc.example')
+    for setting in settings.SETTINGS:
+        assert '``%s``' % setting.name in readme
+        assert '\n%s = ' % setting.option in theanorc or '\n%s =\n' % setting.option in theanorc
+
+
+def test_readme_without_the_markers_says_what_is_missing():
+    with pytest.raises(ConfigurationError, match='settings table between the lines'):
+        settings_text.readme_table('no table here\n')
+
+
+def test_write_rewrites_a_stale_table_and_theanorc(tmp_path):
+    stale = 'Title\n=====\n\n%s\n\nold table\n\n%s\n\nMore.\n' % (
+        settings_text.README_BEGIN, settings_text.README_END)
+    (tmp_path / 'README.rst').write_text(stale)
+    changed = settings_text.write(str(tmp_path))
+    assert sorted(changed) == sorted(str(tmp_path / n) for n in ('README.rst', 'theanorc.example'))
+    readme = (tmp_path / 'README.rst').read_text()
+    assert 'old table' not in readme and readme.endswith('\nMore.\n')
+    assert settings_text.readme_table(readme) == settings_text.rst_table()
+    assert settings_text.write(str(tmp_path)) == []        # written once, then equal
+
+
+def test_listing_names_every_setting_with_its_default():
+    lines = settings_text.listing().splitlines()
+    for setting in settings.SETTINGS:
+        assert '%s (default: %s)' % (setting.name, settings_text.shown_default(setting)) in lines
 
 
 # mesh.from_flags -------------------------------------------------------------

@@ -1,9 +1,12 @@
-"""Command line: ``python -m theano_multigpu {info,run}``.
+"""Command line: ``python -m theano_multigpu {info,run,report,settings}``.
 
     python -m theano_multigpu info             versions, contexts, settings
     python -m theano_multigpu run train.py ... run a script on the shim
     python -m theano_multigpu report train.py ...  the same, printing the
                                                placement report of each function
+    python -m theano_multigpu settings         every setting, its default and help
+        --rst / --theanorc                     README's table / theanorc.example
+        --write [ROOT]                         rewrite both in the repository ROOT
 """
 import argparse
 import os
@@ -48,6 +51,23 @@ def _info(args):
     return info.main()
 
 
+def _settings(args):
+    """The settings table, as text, README's table or theanorc.example
+    (no Theano imported)."""
+    from .config import settings_text
+    if args.write is not None:
+        for path in settings_text.write(args.write):
+            print('wrote %s' % path)
+        return 0
+    if args.rst:
+        sys.stdout.write(settings_text.rst_table())
+    elif args.theanorc:
+        sys.stdout.write(settings_text.theanorc())
+    else:
+        sys.stdout.write(settings_text.listing())
+    return 0
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(
         prog='python -m theano_multigpu',
@@ -64,6 +84,15 @@ def main(argv=None):
     report.set_defaults(handler=_report)
     info = commands.add_parser('info', help='versions, contexts and settings')
     info.set_defaults(handler=_info)
+    settings = commands.add_parser(
+        'settings', help="the package's settings, their defaults and help")
+    form = settings.add_mutually_exclusive_group()
+    form.add_argument('--rst', action='store_true', help="README.rst's settings table")
+    form.add_argument('--theanorc', action='store_true', help='theanorc.example')
+    form.add_argument('--write', nargs='?', const='.', metavar='ROOT',
+                      help="rewrite README.rst's table and theanorc.example in the "
+                           "repository ROOT (default: the current folder)")
+    settings.set_defaults(handler=_settings)
     args = parser.parse_args(argv)
     return args.handler(args)
 

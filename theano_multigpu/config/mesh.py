@@ -1,9 +1,9 @@
 """The mesh: which named contexts take part, which one is the master, and
 the mode, read from Theano's config once Theano is imported."""
 from ..errors import ConfigurationError
-from .flags import parse_contexts_flag, parse_name_list
+from .flags import format_contexts, parse_contexts_flag, parse_name_list
 
-__all__ = ['Mesh', 'current', 'from_flags']
+__all__ = ['Mesh', 'current', 'from_flags', 'from_pairs']
 
 
 class Mesh(object):
@@ -67,7 +67,13 @@ def _defined(contexts, count, what):
 def from_flags(contexts, mode='auto', participants='', master=''):
     """Build and validate a Mesh from the flag values (strings): contexts,
     multigpu.mode, multigpu.contexts and multigpu.master."""
-    pairs = parse_contexts_flag(contexts)
+    return from_pairs(parse_contexts_flag(contexts), mode, participants, master)
+
+
+def from_pairs(pairs, mode='auto', participants='', master=''):
+    """``from_flags`` for a contexts flag already parsed into (name, device)
+    pairs (``flags.parse_contexts_flag``, the flag's one parser)."""
+    contexts = format_contexts(pairs)
     defined = [n for n, _ in pairs]
     names = parse_name_list(participants) or defined
     for name in names:

@@ -1,5 +1,5 @@
-"""theano_multigpu's settings as Theano config variables, and the old CUDA
-backend's flags.
+"""theano_multigpu's settings (``SETTINGS``, the one table of them) as Theano
+config variables, and the old CUDA backend's flags.
 
 Everything here runs inside ``import theano``, right after
 ``theano.configparser`` has executed and before Theano reads its own flags
@@ -19,8 +19,8 @@ from .flags import (BATCHNORM_MODES, CHECK_ACTIONS, MODES, NAME_RE, SAVE_ON, SCA
                     format_contexts, parse_contexts_flag, parse_device_memory, parse_layer_map,
                     parse_name_list, parse_seconds)
 
-__all__ = ['LEGACY_FLAGS', 'translate_legacy_value', 'contexts_flag_value',
-           'on_theano_configparser']
+__all__ = ['Setting', 'SETTINGS', 'SETTING', 'LEGACY_FLAGS', 'translate_legacy_value',
+           'contexts_flag_value', 'on_theano_configparser']
 
 CONFIGPARSER = Attributes(
     'theano.configparser',
@@ -28,118 +28,209 @@ CONFIGPARSER = Attributes(
      'AddConfigVar', 'ConfigParam', 'BoolParam', 'config'),
     'settings are added to it and old flags rewritten in it before Theano reads them')
 
-def _filter_with(parse):
-    def check(value):
-        parse(value)
-        return value
-    return check
 
+class Setting(object):
+    """One row of the settings table.
 
-def _filter_choice(flag, choices, example):
-    """A filter accepting one of ``choices`` for setting ``flag``."""
-    def check(value):
-        if value not in choices:
+    ``kind`` is 'bool', 'choice' (one of ``choices``) or 'text' (checked by
+    ``parse``); ``default`` is the text Theano parses; ``unset`` says what an
+    empty value means (shown by ``info`` and in the README); ``summary`` is the
+    README's line (reStructuredText), ``help`` the full text (Theano's doc,
+    ``python -m theano_multigpu settings`` and theanorc.example).
+    """
+
+    def __init__(self, name, default, summary, help, kind='text', choices=(),
+                 parse=None, example='', unset=''):
+        self.name = name
+        self.default = default
+        self.summary = summary
+        self.help = help
+        self.kind = kind
+        self.choices = tuple(choices)
+        self.parse = parse
+        self.example = example
+        self.unset = unset
+
+    @property
+    def option(self):
+        """The name inside the ``[multigpu]`` section of .theanorc."""
+        return self.name.split('.', 1)[1]
+
+    def check(self, value):
+        """``value`` if this setting accepts it, else ConfigurationError."""
+        if self.kind == 'choice' and value not in self.choices:
             raise ConfigurationError(
                 "%s expects one of %s, but received %r; e.g. THEANO_FLAGS='%s=%s'"
-                % (flag, '/'.join(choices), value, flag, example))
+                % (self.name, '/'.join(self.choices), value, self.name, self.example))
+        if self.parse is not None:
+            self.parse(value)
         return value
-    return check
+
+    def shown(self, value):
+        """``value`` as ``info`` prints it: the meaning of an empty value."""
+        return self.unset if value == '' and self.unset else value
+
+    def __repr__(self):
+        return 'Setting(%r, default=%r)' % (self.name, self.default)
 
 
-_filter_mode = _filter_choice('multigpu.mode', MODES, 'batch')
-_filter_check = _filter_choice('multigpu.check', CHECK_ACTIONS, 'error')
-_filter_batchnorm = _filter_choice('multigpu.batchnorm', BATCHNORM_MODES, 'local')
-_filter_scan_loop = _filter_choice('multigpu.scan_loop', SCAN_LOOPS, 'python')
-_filter_save_on = _filter_choice('multigpu.save_on', SAVE_ON, 'all')
-_filter_mpi_timeout = _filter_with(functools.partial(parse_seconds, 'multigpu.mpi_timeout'))
-
-
-def _filter_names(flag):
+def _context_names(flag):
+    """A check of ``flag``'s value: context names separated by ';' or '+'."""
     def check(value):
         for name in parse_name_list(value):
             if not NAME_RE.match(name):
                 raise ConfigurationError(
                     "%s expects context names from the contexts flag, "
                     "separated by ';' or '+', but received %r" % (flag, value))
-        return value
     return check
+
+
+# The one table of the package's settings: Theano's config variables are
+# registered from it, ``info`` prints it, and README.rst's settings table and
+# theanorc.example are written from it (``python -m theano_multigpu settings
+# --write``; tests/test_settings.py fails when they differ).
+SETTINGS = (
+    Setting(
+        'multigpu.mode', 'auto', kind='choice', choices=MODES, example='batch',
+        summary="``auto`` (batch-wise with two or more contexts), ``batch`` or "
+                "``layer``",
+        help="How work is spread over the contexts.  auto: batch-wise with two "
+             "or more contexts, else one context.  batch: data parallel (each "
+             "context takes a slice of every batch).  layer: model parallel "
+             "(each context holds some of the layers)."),
+    Setting(
+        'multigpu.contexts', '', parse=_context_names('multigpu.contexts'),
+        unset='(all)',
+        summary="names taking part, separated by ``;`` or ``+``, e.g. "
+                "``dev1+dev0``",
+        help="Which names of the contexts flag take part, separated by ';' or "
+             "'+', e.g. dev1+dev0 (default: all, in flag order)."),
+    Setting(
+        'multigpu.master', '', parse=_context_names('multigpu.master'),
+        unset='(first)',
+        summary="the context that computes the loss and metrics (and holds the "
+                "weights, unsharded)",
+        help="The context that computes the loss and metrics, and holds the "
+             "weights when they are not sharded (default: the first one taking "
+             "part)."),
+    Setting(
+        'multigpu.shard', True, kind='bool',
+        summary="batch-wise: each weight and its optimizer state live on one "
+                "owner context; ``False``: the master holds them all",
+        help="Batch-wise mode over two or more contexts (of each MPI rank): "
+             "each weight and its optimizer state live on one owner context, "
+             "chosen to balance bytes (counting random generators' states on "
+             "the master); the owner sends the weight to the other contexts, "
+             "sums their gradients and updates it.  False: the master holds "
+             "every weight and all optimizer state.  The same numbers either "
+             "way."),
+    Setting(
+        'multigpu.check', 'warn', kind='choice', choices=CHECK_ACTIONS,
+        example='error',
+        summary="what to do when a compiled function's heavy ops do not run "
+                "where their data is: ``warn``, ``error`` or ``off``",
+        help="After compiling, heavy ops (dot, convolution, pooling, softmax, "
+             "scan) must run on the context that holds their data: warn, error "
+             "(PlacementError) or off."),
+    Setting(
+        'multigpu.report', False, kind='bool',
+        summary="print each function's placement report at its first call",
+        help="Print each function's placement report (share of the batch, heavy "
+             "ops, resident bytes, bytes moved) at its first call; also: "
+             "python -m theano_multigpu report train.py"),
+    Setting(
+        'multigpu.layer_map', '', parse=parse_layer_map, unset='(balanced plan)',
+        summary="layer-wise: layer-name patterns and their contexts, "
+                "``dense_[12]->dev0;dense_3->dev1``",
+        help="Layer-wise mode: which context holds which layers, as layer-name "
+             "patterns (shell style), e.g. dense_[12]->dev0;dense_3->dev1 "
+             "(default: a plan balanced by memory).  Unmatched layers follow "
+             "the layer before."),
+    Setting(
+        'multigpu.device_memory', '', parse=parse_device_memory,
+        unset='(free memory)',
+        summary="layer-wise and sharded batch-wise: the memory the plan may use "
+                "per context, ``64MiB``, or per name ``dev0->64MiB;dev1->1GiB``",
+        help="Layer-wise and sharded batch-wise mode: the memory the plan may "
+             "use on each context (default: the device's free memory), e.g. "
+             "64MiB, or per context dev0->64MiB;dev1->1GiB.  A plan that does "
+             "not fit stops before compiling."),
+    Setting(
+        'multigpu.batchnorm', 'sync', kind='choice', choices=BATCHNORM_MODES,
+        example='local',
+        summary="BatchNormalization's statistics in training: of the whole "
+                "batch (``sync``, as one device) or of each context's rows "
+                "(``local``)",
+        help="Batch-wise mode (and layer-wise under MPI): BatchNormalization's "
+             "statistics in training.  sync: of the whole batch, as on one "
+             "device (each layer waits for every context's rows); local: of "
+             "each context's, or rank's, rows (no wait, other numbers).  Keras "
+             "before 1.2 computes the statistics with K.mean: sync computes "
+             "them over the whole batch."),
+    Setting(
+        'multigpu.mpi_shared_memory', True, kind='bool',
+        summary="under MPI: ranks on one machine sum gradients in shared "
+                "memory; ``False``: MPI Allreduce alone",
+        help="Under MPI (mpirun): ranks on one machine sum their gradients in "
+             "shared memory (an MPI-3 window) and one rank per machine joins "
+             "MPI Allreduce.  False: every rank uses MPI Allreduce (for an MPI "
+             "without MPI-3 shared windows, or a small /dev/shm)."),
+    Setting(
+        'multigpu.save_on', '0', kind='choice', choices=SAVE_ON, example='all',
+        summary="under MPI: rank ``0`` writes the files of saves (the others "
+                "wait for it) or ``all`` ranks (disks of their own)",
+        help="Under MPI: which ranks write the files of save_weights, "
+             "model.save, ModelCheckpoint and CSVLogger.  0: rank 0, and every "
+             "rank returns once its file is complete (a load right after a "
+             "save reads it); all: every rank writes its own (each machine "
+             "with a disk of its own and one rank)."),
+    Setting(
+        'multigpu.mpi_timeout', '300',
+        parse=functools.partial(parse_seconds, 'multigpu.mpi_timeout'),
+        summary="under MPI: seconds a rank waits for the others in a step, a "
+                "save or before a compile, then stops every rank; ``inf``: no "
+                "limit",
+        help="Under MPI: seconds a rank waits in a collective (a training, "
+             "test or prediction step, a save, the agreement before a "
+             "function's first compile) for the other ranks to make the same "
+             "call; then every rank stops with an error naming the call.  A "
+             "function's first step at each batch size, and the wait for ranks "
+             "still compiling a function, have no limit (a rank may be "
+             "compiling).  inf: no limit (MPI's blocking collectives).  Finite "
+             "or not, the same on every rank (checked before compiling, with "
+             "mpi_check_inputs, mpi_shared_memory and batchnorm)."),
+    Setting(
+        'multigpu.mpi_check_inputs', True, kind='bool',
+        summary="under MPI: every step, check that every rank was handed the "
+                "same batch; ``False``: each rank trains on its share of its "
+                "own batch",
+        help="Under MPI: every step, the ranks check that they were handed the "
+             "same inputs, targets and sample weights (a digest of each travels "
+             "with the step's gather); a rank handed others stops every rank "
+             "with an error.  False: each rank trains on its share of the rows "
+             "of its own batch, with its own targets."),
+    Setting(
+        'multigpu.scan_loop', 'compiled', kind='choice', choices=SCAN_LOOPS,
+        example='python',
+        summary="recurrent layers: Scan's loop, ``compiled`` (built at first "
+                "use) or ``python``; the same numbers either way",
+        help="Recurrent layers: Scan's loop.  compiled: built with Cython at "
+             "the first scan (once, into Theano's compile cache; where it "
+             "cannot be built, the Python loop runs after one warning); "
+             "python: Theano's loop in Python.  The same numbers either way."),
+)
+
+SETTING = {setting.name: setting for setting in SETTINGS}
 
 
 def _register_settings(configparser):
     """The package's settings, as Theano config variables."""
-    add, Param = configparser.AddConfigVar, configparser.ConfigParam
-    add('multigpu.mode',
-        "How work is spread over the contexts: 'auto' (batch-wise with two or "
-        "more contexts), 'batch' (data parallel) or 'layer' (model parallel).",
-        Param('auto', filter=_filter_mode), in_c_key=False)
-    add('multigpu.contexts',
-        "Which context names take part, separated by ';' or '+' "
-        "(default: all names of the contexts flag, in flag order).",
-        Param('', filter=_filter_names('multigpu.contexts')), in_c_key=False)
-    add('multigpu.master',
-        'The context that computes the loss and metrics, and holds the weights '
-        'when they are not sharded (default: the first one taking part).',
-        Param('', filter=_filter_names('multigpu.master')), in_c_key=False)
-    add('multigpu.check',
-        "What to do when a compiled function's heavy ops do not run on the "
-        "context that holds their data: 'warn', 'error' or 'off'.",
-        Param('warn', filter=_filter_check), in_c_key=False)
-    add('multigpu.report',
-        'Print the placement report of each function at its first call.',
-        configparser.BoolParam(False), in_c_key=False)
-    add('multigpu.layer_map',
-        "Layer-wise mode: which context holds which layers, as layer-name "
-        "patterns, e.g. 'dense_[12]->dev0;dense_3->dev1' (default: a plan "
-        "balanced by memory).",
-        Param('', filter=_filter_with(parse_layer_map)), in_c_key=False)
-    add('multigpu.device_memory',
-        "Layer-wise and sharded batch-wise mode: the memory the plan may use on "
-        "each context, e.g. "
-        "'64MiB', or per context 'dev0->64MiB;dev1->1GiB' (default: the "
-        "device's free memory).",
-        Param('', filter=_filter_with(parse_device_memory)), in_c_key=False)
-    add('multigpu.batchnorm',
-        "Batch-wise mode (and layer-wise under MPI): BatchNormalization's "
-        "statistics in training, 'sync' (of the whole batch, as on one device) or "
-        "'local' (of each context's, or rank's, rows: no wait, other numbers).",
-        Param('sync', filter=_filter_batchnorm), in_c_key=False)
-    add('multigpu.shard',
-        "Batch-wise mode over two or more contexts (of each MPI rank): each weight "
-        "and its optimizer state live on one owner context, chosen to balance "
-        "bytes, which sends the weight to the other contexts and sums their "
-        "gradients (False: the master holds every weight and all optimizer "
-        "state).  The same numbers either way.",
-        configparser.BoolParam(True), in_c_key=False)
-    add('multigpu.scan_loop',
-        "Scan's loop (recurrent layers): 'compiled' (built with Cython at first "
-        "use; the Python loop, with a warning, where it cannot be built) or "
-        "'python'.  The same numbers either way.",
-        Param('compiled', filter=_filter_scan_loop), in_c_key=False)
-    add('multigpu.save_on',
-        "Under MPI: which ranks write the files of save_weights, model.save, "
-        "ModelCheckpoint and CSVLogger: '0' (rank 0; the others wait until its "
-        "file is complete) or 'all' (each rank its own, for disks local to "
-        "each machine).",
-        Param('0', filter=_filter_save_on), in_c_key=False)
-    add('multigpu.mpi_timeout',
-        "Under MPI: how many seconds a rank waits in a collective (a training, "
-        "test or prediction step, a save, the agreement before a function's "
-        "first compile) for the other ranks to make the same call before it "
-        "stops every rank with an error (a function's first step at each batch "
-        "size waits without limit: a rank may be compiling); 'inf': no limit "
-        "(MPI's blocking collectives).  Finite or not, the same on every rank.",
-        Param('300', filter=_filter_mpi_timeout), in_c_key=False)
-    add('multigpu.mpi_check_inputs',
-        "Under MPI: each step, every rank checks that every rank was handed the "
-        "same inputs, targets and sample weights (a digest of each travels with "
-        "the gather), and a rank handed others stops every rank with an error; "
-        "False: each rank trains on its share of the rows of its own batch.",
-        configparser.BoolParam(True), in_c_key=False)
-    add('multigpu.mpi_shared_memory',
-        'Under MPI: ranks on one machine sum their gradients in shared memory '
-        '(an MPI-3 window), and one rank per machine with MPI Allreduce; False: '
-        'every rank with MPI Allreduce.',
-        configparser.BoolParam(True), in_c_key=False)
+    for setting in SETTINGS:
+        if setting.kind == 'bool':
+            param = configparser.BoolParam(setting.default)
+        else:
+            param = configparser.ConfigParam(setting.default, filter=setting.check)
+        configparser.AddConfigVar(setting.name, setting.help, param, in_c_key=False)
 
 
 # The old CUDA backend's flags, which Theano 1.0 removed.
@@ -257,4 +348,4 @@ def on_theano_configparser(configparser):
     if raw != format_contexts(pairs):
         configparser.THEANO_FLAGS_DICT['contexts'] = format_contexts(pairs)
     pairs = devices.check_before_theano(pairs, configparser)
-    mesh.from_flags(format_contexts(pairs), *_settings_of(configparser))
+    mesh.from_pairs(pairs, *_settings_of(configparser))

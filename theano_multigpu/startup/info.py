@@ -5,6 +5,8 @@ Exits non-zero, with the reason, when the configuration cannot work.
 import platform
 import sys
 
+from ..config.settings import SETTINGS
+
 
 __all__ = ['main', 'collect']
 
@@ -48,24 +50,17 @@ def collect():
         'device': theano.config.device,
         'floatX': theano.config.floatX,
         'contexts': theano.config.contexts,
-        'multigpu.mode': theano.config.multigpu.mode,
-        'multigpu.contexts': theano.config.multigpu.contexts or '(all)',
-        'multigpu.master': theano.config.multigpu.master or '(first)',
-        'multigpu.check': theano.config.multigpu.check,
-        'multigpu.report': theano.config.multigpu.report,
-        'multigpu.layer_map': theano.config.multigpu.layer_map or '(balanced plan)',
-        'multigpu.device_memory': theano.config.multigpu.device_memory or '(free memory)',
-        'multigpu.batchnorm': theano.config.multigpu.batchnorm,
-        'multigpu.shard': theano.config.multigpu.shard,
-        'multigpu.mpi_shared_memory': theano.config.multigpu.mpi_shared_memory,
-        'multigpu.save_on': theano.config.multigpu.save_on,
-        'multigpu.mpi_timeout': theano.config.multigpu.mpi_timeout,
-        'multigpu.scan_loop': theano.config.multigpu.scan_loop,
+    }
+    # Every setting of the one table, in its order.
+    for setting in SETTINGS:
+        settings[setting.name] = setting.shown(
+            getattr(theano.config.multigpu, setting.option))
+    settings.update({
         'scan loop in use': compiled_scan.loop_description(),
         'effective mode': mesh.mode + (', weights sharded' if mesh.sharded else ''),
         'MPI ranks': world_size(),
         'blas.ldflags': theano.config.blas.ldflags,
-    }
+    })
     return {'versions': facts, 'contexts': contexts, 'settings': settings}
 
 

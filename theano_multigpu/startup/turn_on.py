@@ -48,10 +48,9 @@ def _join_ranks():
 
 
 def _register_contexts(gpuarray):
-    import theano
-    from ..config import devices, flags, mesh
-    devices.register_missing_names(gpuarray, flags.parse_contexts_flag(theano.config.contexts))
+    from ..config import devices, mesh
     current = mesh.current()
+    devices.register_missing_names(gpuarray, list(current.devices.items()))
     if current.master is not None:
         current.default_is_master = devices.set_default_context(current.master)
         from ..compat import gpuarray_fixes
