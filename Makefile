@@ -4,7 +4,7 @@ PYTHON := .venv/bin/python
 export POCL_DEVICES ?= pthread pthread
 export POCL_MAX_PTHREAD_COUNT ?= 1
 
-.PHONY: setup demo test sweep bench gpu-bundle gpu-check clean
+.PHONY: setup demo test sweep bench docs gpu-bundle gpu-check clean
 
 setup:
 	@tools/setup.sh
@@ -12,9 +12,14 @@ setup:
 demo: setup
 	@tools/demo.sh
 
+# The test files run on TEST_WORKERS pytest-xdist workers, each file's tests
+# in one worker (they share its module's fixtures).
+TEST_WORKERS ?= 2
+
 test: setup
 	.venv/bin/lint-imports
-	$(PYTHON) -m pytest -p no:cacheprovider --durations=25 tests $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -p no:cacheprovider --durations=25 -n $(TEST_WORKERS) --dist loadfile \
+	    --timeout 1800 tests $(PYTEST_ARGS)
 
 # Keras 1.2.2's layers, objectives, metrics, activations, optimizers,
 # constraints, regularizers and backend functions on the CPU, one context,
@@ -22,6 +27,10 @@ test: setup
 # a cold cache; make test runs the CPU and layer-wise alone).
 sweep: setup
 	SWEEP=1 $(PYTHON) -m pytest -p no:cacheprovider tests/test_sweep.py $(PYTEST_ARGS)
+
+# The documentation in docs/ as HTML in docs/_build/html; a warning is an error.
+docs: setup
+	$(PYTHON) -m sphinx -W --keep-going -q -b html docs docs/_build/html
 
 bench:
 	@BENCH=1 tools/setup.sh
