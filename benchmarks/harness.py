@@ -42,7 +42,8 @@ def rank_slots(slot, ranks):
     return ['%s-rank%d' % (slot, rank) for rank in range(ranks)]
 
 __all__ = ['REPO', 'CACHE', 'PYTHON', 'MPIRUN', 'EACH_RANK_ITS_POCL_CACHE', 'rank_slots',
-           'child_env', 'pocl_cache_dir', 'pocl_caches_side_by_side', 'record', 'median']
+           'child_env', 'pocl_cache_dir', 'pocl_cache_of_this_worker', 'pocl_caches_side_by_side',
+           'record', 'median']
 
 
 def child_env(home, flags='', backend='theano_multigpu', extra=None, slot=None):
@@ -73,8 +74,30 @@ def child_env(home, flags='', backend='theano_multigpu', extra=None, slot=None):
 
 
 def pocl_cache_dir(slot=None):
-    """pocl's kernel cache: the shared one, or the one of ``slot``."""
-    return os.path.join(CACHE, 'pocl', 'shared' if slot is None else 'slot%s' % slot)
+    """pocl's kernel cache: the shared one, or the one of ``slot``.  A worker
+    of pytest-xdist (PYTEST_XDIST_WORKER) has its own of each, seeded from
+    and merged into the shared one (``pocl_cache_of_this_worker``)."""
+    worker = os.environ.get('PYTEST_XDIST_WORKER')
+    base = os.path.join(CACHE, 'pocl', worker) if worker else os.path.join(CACHE, 'pocl')
+    return os.path.join(base, 'shared' if slot is None else 'slot%s' % slot)
+
+
+@contextlib.contextmanager
+def pocl_cache_of_this_worker():
+    """While a pytest-xdist worker runs, its children build kernels in a
+    cache of its own (pocl's cache is not safe for processes that build the
+    same program at once), seeded from the shared cache and merged into it
+    after."""
+    shared = os.path.join(CACHE, 'pocl', 'shared')
+    own = pocl_cache_dir()
+    if own == shared:
+        yield
+        return
+    _merge_tree(shared, own)
+    try:
+        yield
+    finally:
+        _merge_tree(own, shared)
 
 
 @contextlib.contextmanager
@@ -93,16 +116,24 @@ def pocl_caches_side_by_side(slots):
 
 
 def _merge_tree(source, target):
-    """Hard-link (or copy) into ``target`` the files of ``source`` it lacks."""
+    """Hard-link (or copy) into ``target`` the files of ``source`` it lacks.
+    Another process may merge into ``target`` at once: a file appears whole
+    (a link, or a copy renamed into place) and the first one stays."""
     for root, _, files in os.walk(source):
         into = os.path.join(target, os.path.relpath(root, source))
         os.makedirs(into, exist_ok=True)
         for name in files:
-            if not os.path.exists(os.path.join(into, name)):
-                try:
-                    os.link(os.path.join(root, name), os.path.join(into, name))
-                except OSError:
-                    shutil.copy2(os.path.join(root, name), os.path.join(into, name))
+            source_file, target_file = os.path.join(root, name), os.path.join(into, name)
+            if os.path.exists(target_file):
+                continue
+            try:
+                os.link(source_file, target_file)
+            except FileExistsError:
+                pass
+            except OSError:
+                partial = '%s.%d.partial' % (target_file, os.getpid())
+                shutil.copy2(source_file, partial)
+                os.replace(partial, target_file)
 
 
 def median(values):

@@ -8,6 +8,7 @@ and the Theano/pocl compile caches shared between tests
 """
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -18,7 +19,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 'benchmarks'))
 from harness import CACHE, EACH_RANK_ITS_POCL_CACHE, MPIRUN, PYTHON, REPO  # noqa: E402,F401
-from harness import pocl_caches_side_by_side, rank_slots  # noqa: E402
+from harness import pocl_cache_of_this_worker, pocl_caches_side_by_side, rank_slots  # noqa: E402
 from harness import child_env  # noqa: E402
 
 
@@ -98,9 +99,41 @@ def have_pocl_devices(n=2):
         return False
 
 
-needs_pocl = pytest.mark.skipif(
-    not have_pocl_devices(2),
-    reason='needs pygpu and two pocl OpenCL devices (POCL_DEVICES="pthread pthread")')
+def requires(present, reason):
+    """A mark: the test skips where ``present`` is false, with ``reason``,
+    but fails under CI=true, where tools/setup.sh installed everything."""
+    return pytest.mark.requires(present=bool(present), reason=reason)
+
+
+def missing(reason):
+    """Skip the running test or fixture for ``reason``, or fail under CI=true."""
+    if os.environ.get('CI') == 'true':
+        pytest.fail('CI=true, where every part is installed, but: %s' % reason)
+    pytest.skip(reason)
+
+
+def pytest_configure(config):
+    config.addinivalue_line('markers', 'requires(present, reason): see conftest.requires')
+
+
+def pytest_runtest_setup(item):
+    for mark in item.iter_markers('requires'):
+        if not mark.kwargs['present']:
+            missing(mark.kwargs['reason'])
+
+
+@pytest.fixture(scope='session', autouse=True)
+def pocl_cache_of_this_test_worker():
+    """Under pytest-xdist each worker's children build kernels in a pocl
+    cache of its own (harness.pocl_cache_of_this_worker)."""
+    with pocl_cache_of_this_worker():
+        yield
+
+
+needs_pocl = requires(
+    have_pocl_devices(2),
+    'needs pygpu and two pocl OpenCL devices (POCL_DEVICES="pthread pthread")')
+needs_mpirun = requires(shutil.which('mpirun'), 'needs mpirun (Debian openmpi-bin)')
 
 
 def run_python(home, code=None, flags='', backend='theano_multigpu', args=(),

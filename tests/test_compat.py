@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from conftest import CHILDREN, REPO, TWO, needs_pocl, run_python
+from conftest import CHILDREN, REPO, TWO, needs_pocl, requires, run_python
 import cl_counter  # noqa: E402 (benchmarks/, which conftest puts on sys.path)
 
 CONFIGS = {
@@ -90,7 +90,7 @@ def _openblas_linkable():
     return os.path.isabs(found)
 
 
-@pytest.mark.skipif(not _openblas_linkable(), reason='needs g++ and libopenblas-dev')
+@requires(_openblas_linkable(), 'needs g++ and libopenblas-dev')
 def test_blas_ldflags_default_to_openblas_and_theano_links_it(home, config):
     out = run(home, config, '''
         import theano, theano.tensor as T

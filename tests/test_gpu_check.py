@@ -11,7 +11,7 @@ import zipfile
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, requires
 
 sys.path.insert(0, os.path.join(REPO, 'tools'))
 import bundle_unpack  # noqa: E402
@@ -91,7 +91,7 @@ def _deb(tmp_path, name, files, links=()):
     return out
 
 
-@pytest.mark.skipif(shutil.which('dpkg-deb') is None, reason='needs dpkg-deb')
+@requires(shutil.which('dpkg-deb'), 'needs dpkg-deb')
 def test_a_bundle_unpacks_under_its_root_and_never_over_it(tmp_path):
     _deb(tmp_path, 'python', {'usr/lib/x86_64-linux-gnu/libpython.so.1.0': 'library'},
          links=[('usr/lib/x86_64-linux-gnu/libpython.so',

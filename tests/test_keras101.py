@@ -9,11 +9,11 @@ import textwrap
 
 import pytest
 
-from conftest import KERAS_101, run_python
+from conftest import KERAS_101, requires, run_python
 
-pytestmark = pytest.mark.skipif(
-    not os.path.isfile(os.path.join(KERAS_101, 'keras', '__init__.py')),
-    reason='needs Keras 1.0.1 in .cache/keras-1.0.1: run tools/setup.sh')
+pytestmark = requires(
+    os.path.isfile(os.path.join(KERAS_101, 'keras', '__init__.py')),
+    'needs Keras 1.0.1 in .cache/keras-1.0.1: run tools/setup.sh')
 
 CONFIGS = {
     'shim': dict(backend='theano_multigpu', extra_env={}),

@@ -19,7 +19,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from conftest import REPO, PYTHON, have_pocl_devices, python_env, side_by_side
+from conftest import REPO, PYTHON, have_pocl_devices, missing, python_env, side_by_side
 
 BENCHMARKS = os.path.join(REPO, 'benchmarks')
 sys.path.insert(0, BENCHMARKS)
@@ -116,8 +116,8 @@ def cpu_runs(tmp_path_factory):
 @pytest.fixture(scope='module')
 def pocl_runs(tmp_path_factory):
     if not have_pocl_devices(1):
-        pytest.skip('needs pygpu and a pocl OpenCL device (pocl-opencl-icd, '
-                    'POCL_DEVICES="pthread pthread")')
+        missing('needs pygpu and a pocl OpenCL device (pocl-opencl-icd, '
+                'POCL_DEVICES="pthread pthread")')
     return _train_both(tmp_path_factory, 'pocl')
 
 
