@@ -116,6 +116,20 @@ def pytest_configure(config):
     config.addinivalue_line('markers', 'requires(present, reason): see conftest.requires')
 
 
+# The files that take longest cold, longest first: pytest-xdist hands the
+# files to its workers in this order (the rest after, in their own order),
+# so no long file starts last.
+LONGEST_FIRST = ['test_batchwise.py', 'test_sweep.py', 'test_mpi.py', 'test_compat.py',
+                 'test_against_the_cpu.py', 'test_layerwise.py', 'test_deep_models.py']
+
+
+def pytest_collection_modifyitems(items):
+    def rank(item):
+        name = os.path.basename(str(item.fspath))
+        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+    items.sort(key=rank)
+
+
 def pytest_runtest_setup(item):
     for mark in item.iter_markers('requires'):
         if not mark.kwargs['present']:
