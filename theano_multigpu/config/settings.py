@@ -85,6 +85,14 @@ def _context_names(flag):
     return check
 
 
+def _ranks_per_machine(value):
+    """A check of multigpu.mpi_ranks_per_machine: a whole number >= 0."""
+    if not (value.isdigit() and value.isascii()):
+        raise ConfigurationError(
+            "multigpu.mpi_ranks_per_machine expects a whole number of ranks, 0 or more, "
+            "but received %r; e.g. THEANO_FLAGS='multigpu.mpi_ranks_per_machine=2'" % value)
+
+
 # The one table of the package's settings: Theano's config variables are
 # registered from it, ``info`` prints it, and README.rst's settings table and
 # theanorc.example are written from it (``python -m theano_multigpu settings
@@ -175,6 +183,19 @@ SETTINGS = (
              "shared memory (an MPI-3 window) and one rank per machine joins "
              "MPI Allreduce.  False: every rank uses MPI Allreduce (for an MPI "
              "without MPI-3 shared windows, or a small /dev/shm)."),
+    Setting(
+        'multigpu.mpi_ranks_per_machine', '0', parse=_ranks_per_machine,
+        summary="under MPI: ``0``: the ranks sharing memory sum as one machine; "
+                "``N``: each block of N ranks sums as a machine of its own",
+        help="Under MPI, with mpi_shared_memory: which ranks sum their "
+             "gradients together in shared memory before one rank of each such "
+             "group (a machine) joins MPI Allreduce with the others.  0: all "
+             "the ranks of a machine (those MPI finds sharing memory).  N: "
+             "blocks of N consecutive ranks of a machine (rank // N), each "
+             "summed as a machine of its own: runs the path between machines "
+             "on one (to test a multi-machine job before it runs on several), "
+             "or keeps each group within one CPU socket.  The same on every "
+             "rank (checked before compiling)."),
     Setting(
         'multigpu.save_on', '0', kind='choice', choices=SAVE_ON, example='all',
         summary="under MPI: rank ``0`` writes the files of saves (the others "
