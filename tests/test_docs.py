@@ -6,7 +6,6 @@ Sphinx is pinned in requirements.txt; where it is missing the test skips,
 except under CI=true, where the set-up should have installed it: there it
 fails.
 """
-import os
 import pathlib
 import re
 import subprocess
