@@ -336,6 +336,13 @@ def test_write_rewrites_a_stale_table_and_theanorc(tmp_path):
     assert settings_text.write(str(tmp_path)) == []        # written once, then equal
 
 
+def test_a_command_in_backquotes_stays_on_one_line():
+    lines = settings_text._wrap('word ' * 10 + '`python -m theano_multigpu report train.py` and more',
+                                40, '# ')
+    assert '# `python -m theano_multigpu report train.py`' in lines
+    assert all(len(line) <= 40 for line in lines if '`' not in line)
+
+
 def test_listing_names_every_setting_with_its_default():
     lines = settings_text.listing().splitlines()
     for setting in settings.SETTINGS:

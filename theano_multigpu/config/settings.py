@@ -145,7 +145,7 @@ SETTINGS = (
         summary="print each function's placement report at its first call",
         help="Print each function's placement report (share of the batch, heavy "
              "ops, resident bytes, bytes moved) at its first call; also: "
-             "python -m theano_multigpu report train.py"),
+             "`python -m theano_multigpu report train.py`."),
     Setting(
         'multigpu.layer_map', '', parse=parse_layer_map, unset='(balanced plan)',
         summary="layer-wise: layer-name patterns and their contexts, "

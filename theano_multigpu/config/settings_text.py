@@ -6,6 +6,7 @@ and theanorc.example from the table; tests/test_settings.py fails when they
 differ from what it writes.  Pure functions: no Theano, no Keras, no device.
 """
 import os
+import re
 import textwrap
 
 from ..errors import ConfigurationError
@@ -50,6 +51,16 @@ _THEANORC_TAIL = """
 """ % ', '.join(LEGACY_FLAGS)
 
 
+def _wrap(text, width, indent):
+    """``text`` wrapped to ``width`` after ``indent``; a span in backquotes
+    (a command) stays on one line."""
+    glue = '\x00'
+    kept = re.sub(r'`[^`]*`', lambda span: span.group(0).replace(' ', glue), text)
+    return [line.replace(glue, ' ') for line in textwrap.wrap(
+        kept, width, initial_indent=indent, subsequent_indent=indent,
+        break_on_hyphens=False, break_long_words=False)]
+
+
 def shown_default(setting):
     """The default as a person reads it: True/False, a value, or what an
     empty value means ('(all)')."""
@@ -90,8 +101,7 @@ def theanorc(settings=SETTINGS):
     setting with its help and its default."""
     out = [_THEANORC_HEAD.rstrip('\n')]
     for setting in settings:
-        out.extend(textwrap.wrap(setting.help, 78, initial_indent='# ',
-                                 subsequent_indent='# ', break_on_hyphens=False))
+        out.extend(_wrap(setting.help, 78, '# '))
         out.append(('%s = %s' % (setting.option, _value(setting))).rstrip())
     return '\n'.join(out) + '\n' + _THEANORC_TAIL
 
@@ -102,8 +112,7 @@ def listing(settings=SETTINGS):
     out = []
     for setting in settings:
         out.append('%s (default: %s)' % (setting.name, shown_default(setting)))
-        out.extend(textwrap.wrap(setting.help, 76, initial_indent='    ',
-                                 subsequent_indent='    ', break_on_hyphens=False))
+        out.extend(_wrap(setting.help, 76, '    '))
     return '\n'.join(out) + '\n'
 
 
