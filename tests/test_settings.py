@@ -27,7 +27,8 @@ def _load_pure_modules():
     package.__path__ = list(spec.submodule_search_locations)
     sys.modules['theano_multigpu'] = package
     try:
-        return (importlib.import_module('theano_multigpu.config.settings'),
+        return (importlib.import_module('theano_multigpu.config.flags'),
+                importlib.import_module('theano_multigpu.config.settings'),
                 importlib.import_module('theano_multigpu.config.settings_text'),
                 importlib.import_module('theano_multigpu.config.mesh'),
                 importlib.import_module('theano_multigpu.errors'))
@@ -38,7 +39,7 @@ def _load_pure_modules():
         sys.modules.update(saved)
 
 
-settings, settings_text, mesh, errors = _load_pure_modules()
+flags, settings, settings_text, mesh, errors = _load_pure_modules()
 ConfigurationError = errors.ConfigurationError
 TWO = 'dev0->cuda0;dev1->cuda1'
 
@@ -113,6 +114,40 @@ def test_parse_contexts_flag_bad_device(device):
         settings.parse_contexts_flag('dev0->%s' % device)
     message = str(info.value)
     assert repr(device) in message and "'dev0->cuda0'" in message
+
+
+# the other 'left->right' lists: multigpu.device_memory, multigpu.layer_map --
+
+def test_arrow_entries_split_at_the_last_arrow_and_skip_empty_entries():
+    assert list(flags.arrow_entries(' a -> b ;; 64MiB ;x->y->z')) == [
+        ('a -> b', 'a', True, 'b'), ('64MiB', '', False, '64MiB'),
+        ('x->y->z', 'x->y', True, 'z')]
+
+
+@pytest.mark.parametrize('value, expected', [
+    ('', {}), ('64MiB', {None: 64 << 20}), (' dev0 -> 1KiB ; dev1->2000 ', {'dev0': 1024, 'dev1': 2000}),
+])
+def test_parse_device_memory(value, expected):
+    assert flags.parse_device_memory(value) == expected
+
+
+@pytest.mark.parametrize('value', ['dev-0->64MiB', '->64MiB', 'dev0->lots'])
+def test_parse_device_memory_refuses(value):
+    with pytest.raises(ConfigurationError, match='multigpu.device_memory expects'):
+        flags.parse_device_memory(value)
+
+
+def test_parse_layer_map():
+    assert flags.parse_layer_map(' dense_[12] -> dev0 ; dense_3->dev1;') == [
+        ('dense_[12]', 'dev0'), ('dense_3', 'dev1')]
+
+
+@pytest.mark.parametrize('value, entry', [
+    ('dense_1', 'dense_1'), ('->dev0', '->dev0'), ('dense_1->dev-1', 'dense_1->dev-1')])
+def test_parse_layer_map_refuses(value, entry):
+    with pytest.raises(ConfigurationError, match="'pattern->context'") as info:
+        flags.parse_layer_map(value)
+    assert repr(entry) in str(info.value)
 
 
 # parse_name_list ---------------------------------------------------------

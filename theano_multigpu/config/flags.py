@@ -8,7 +8,7 @@ import re
 from ..errors import ConfigurationError
 
 __all__ = ['MODES', 'CHECK_ACTIONS', 'BATCHNORM_MODES', 'SCAN_LOOPS', 'SAVE_ON', 'NAME_RE',
-           'parse_contexts_flag', 'parse_seconds',
+           'arrow_entries', 'parse_contexts_flag', 'parse_seconds',
            'format_contexts', 'parse_name_list', 'parse_size', 'format_bytes',
            'parse_device_memory', 'parse_layer_map']
 
@@ -27,6 +27,18 @@ def _reserved_name(name):
     return name == 'cpu' or name.startswith(('cuda', 'opencl'))
 
 
+def arrow_entries(value):
+    """The entries of a ';'-separated list of 'left->right' entries (the
+    contexts flag, multigpu.device_memory, multigpu.layer_map): for each
+    non-empty entry, (entry, left, arrow, right), split at its last '->' and
+    stripped; ``arrow`` is False (and ``left`` empty) where it has none."""
+    for entry in value.split(';'):
+        entry = entry.strip()
+        if entry:
+            left, arrow, right = entry.rpartition('->')
+            yield entry, left.strip(), bool(arrow), right.strip()
+
+
 def parse_contexts_flag(value):
     """``'dev0->cuda0;dev1->cuda1'`` -> ``[('dev0', 'cuda0'), ('dev1', 'cuda1')]``.
 
@@ -35,17 +47,12 @@ def parse_contexts_flag(value):
     name used twice.
     """
     pairs = []
-    for entry in value.split(';'):
-        entry = entry.strip()
-        if not entry:
-            continue
-        parts = entry.split('->')
-        if len(parts) != 2 or not parts[0].strip() or not parts[1].strip():
+    for entry, name, arrow, device in arrow_entries(value):
+        if not arrow or not name or not device or '->' in name:
             raise ConfigurationError(
                 "THEANO_FLAGS contexts expects 'name->device' entries separated "
                 "by ';', e.g. 'dev0->cuda0;dev1->cuda1', but received "
                 "contexts=%r (entry %r); fix the entry" % (value, entry))
-        name, device = parts[0].strip(), parts[1].strip()
         if not NAME_RE.match(name):
             raise ConfigurationError(
                 "THEANO_FLAGS contexts expects a context name made of letters, "
@@ -108,16 +115,12 @@ def parse_device_memory(value):
     """``'64MiB'`` -> ``{None: bytes}`` (every context);
     ``'dev0->64MiB;dev1->1GiB'`` -> ``{'dev0': ..., 'dev1': ...}``; '' -> {}."""
     budgets = {}
-    for entry in value.split(';'):
-        entry = entry.strip()
-        if not entry:
-            continue
-        name, arrow, size = entry.rpartition('->')
-        if arrow and not NAME_RE.match(name.strip()):
+    for _, name, arrow, size in arrow_entries(value):
+        if arrow and not NAME_RE.match(name):
             raise ConfigurationError(
                 "multigpu.device_memory expects a size for every context (64MiB) "
                 "or 'name->size' entries separated by ';', but received %r" % value)
-        budgets[name.strip() or None] = parse_size(size)
+        budgets[name or None] = parse_size(size)
     return budgets
 
 
@@ -125,17 +128,13 @@ def parse_layer_map(value):
     """``'dense_[12]->dev0;dense_3->dev1'`` -> ``[('dense_[12]', 'dev0'), ...]``:
     layer-name patterns (shell style) and the context each goes to."""
     pairs = []
-    for entry in value.split(';'):
-        entry = entry.strip()
-        if not entry:
-            continue
-        pattern, arrow, name = entry.rpartition('->')
-        if not arrow or not pattern.strip() or not NAME_RE.match(name.strip()):
+    for entry, pattern, arrow, name in arrow_entries(value):
+        if not arrow or not pattern or not NAME_RE.match(name):
             raise ConfigurationError(
                 "multigpu.layer_map expects 'pattern->context' entries separated by "
                 "';', e.g. 'dense_[12]->dev0;dense_3->dev1', but received %r "
                 "(entry %r)" % (value, entry))
-        pairs.append((pattern.strip(), name.strip()))
+        pairs.append((pattern, name))
     return pairs
 
 
