@@ -59,6 +59,17 @@ def side_by_side(keys, ranks=None):
     return slots, pocl_caches_side_by_side(caches)
 
 
+def run_side_by_side(keys, run, ranks=None, at_once=None):
+    """{key: run(key, slot)} for each of ``keys``: the children side by side,
+    ``at_once`` at a time (all by default), each in the pocl cache of its
+    slot (``side_by_side``; one per rank for keys in ``ranks``)."""
+    keys = list(keys)
+    slots, caches = side_by_side(keys, ranks)
+    with caches, ThreadPoolExecutor(at_once or len(keys)) as pool:
+        futures = dict((key, pool.submit(run, key, slots[key])) for key in keys)
+        return dict((key, future.result()) for key, future in futures.items())
+
+
 def train_models(base, flags, models, steps, batch, ranks=None):
     """{configuration: {key: array}}: tests/children/train_models.py's
     results for each configuration (a key of ``flags`` and ``models``),
@@ -68,25 +79,20 @@ def train_models(base, flags, models, steps, batch, ranks=None):
     import numpy as np
     ranks = ranks or {}
 
-    slots, caches = side_by_side(list(flags), ranks)
-
-    def train(key):
+    def train(key, slot):
         home = base / ('home_%s' % key)
         home.mkdir()
         out = str(home / 'out_{rank}.npz')
-        run_python(home, flags=flags[key], timeout=2700, ranks=ranks.get(key), slot=slots[key],
+        run_python(home, flags=flags[key], timeout=2700, ranks=ranks.get(key), slot=slot,
                    args=[os.path.join(CHILDREN, 'train_models.py'), out, str(steps),
                          str(batch)] + list(models[key]))
         return [dict(np.load(out.replace('{rank}', str(r)))) for r in range(ranks.get(key, 1))]
 
-    with caches, ThreadPoolExecutor(len(flags)) as pool:
-        futures = dict((key, pool.submit(train, key)) for key in flags)
-        results = {}
-        for key, future in futures.items():
-            per_rank = future.result()
-            results[key] = per_rank[0]
-            results.update(((key, r), out) for r, out in enumerate(per_rank) if r)
-        return results
+    results = {}
+    for key, per_rank in run_side_by_side(flags, train, ranks).items():
+        results[key] = per_rank[0]
+        results.update(((key, r), out) for r, out in enumerate(per_rank) if r)
+    return results
 
 
 def have_pocl_devices(n=2):

@@ -14,11 +14,10 @@ context is tests/test_batchwise.py's and tests/test_mpi.py's.
 """
 import os
 import re
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conftest import CHILDREN, FOUR, ONE, TWO, needs_pocl, run_python, side_by_side
+from conftest import CHILDREN, FOUR, ONE, TWO, needs_pocl, run_python, run_side_by_side
 
 pytestmark = needs_pocl
 
@@ -40,24 +39,21 @@ def growth(tmp_path_factory):
     children run side by side, two at a time."""
     base = tmp_path_factory.mktemp('growth')
     ranks = dict((key, r) for key, (_, r, _) in CONFIGURATIONS.items() if r)
-    slots, caches = side_by_side(list(CONFIGURATIONS), ranks)
 
-    def run(key):
+    def run(key, slot):
         flags, ranks_here, _ = CONFIGURATIONS[key]
         home = base / ('home_%s' % key)
         home.mkdir()
         child = os.path.join(CHILDREN, 'graph_growth.py')
-        counts = run_python(home, flags=flags, ranks=ranks_here, slot=slots[key], timeout=900,
+        counts = run_python(home, flags=flags, ranks=ranks_here, slot=slot, timeout=900,
                             args=[child, 'counts'] + [str(d) for d in DEPTHS]).stdout
         drawn = ''
         if key in PROPERTY_ON:
-            drawn = run_python(home, flags=flags, ranks=ranks_here, slot=slots[key],
+            drawn = run_python(home, flags=flags, ranks=ranks_here, slot=slot,
                                timeout=900, args=[child, 'property', str(EXAMPLES)]).stdout
         return counts, drawn
 
-    with caches, ThreadPoolExecutor(2) as pool:
-        futures = dict((key, pool.submit(run, key)) for key in CONFIGURATIONS)
-        return dict((key, future.result()) for key, future in futures.items())
+    return run_side_by_side(CONFIGURATIONS, run, ranks, at_once=2)
 
 
 def _counts(stdout):

@@ -12,14 +12,12 @@ Python that trains all four models (the pocl compile is slow) and writes an
 .npz; the two sides of a configuration run at the same time.
 """
 import os
-import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
 
-from conftest import REPO, PYTHON, have_pocl_devices, missing, python_env, side_by_side
+from conftest import REPO, have_pocl_devices, missing, run_python, run_side_by_side
 
 BENCHMARKS = os.path.join(REPO, 'benchmarks')
 sys.path.insert(0, BENCHMARKS)
@@ -77,35 +75,19 @@ def _train_both(tmp_path_factory, configuration):
     """Run the stock and the shim child of ``configuration`` side by side;
     return {'stock': npz dict, 'shim': npz dict}."""
     base = tmp_path_factory.mktemp('parity_' + configuration)
-    children = {}
-    code = textwrap.dedent(CHILD % {'benchmarks': BENCHMARKS, 'steps': STEPS})
-    slots, caches = side_by_side(list(CONFIGURATIONS[configuration]))
-    with caches:
-        for side, settings in CONFIGURATIONS[configuration].items():
-            home = base / side
-            home.mkdir()
-            env = python_env(home, settings['flags'], settings['backend'], settings['extra'],
-                             slots[side])
-            log = open(str(base / (side + '.log')), 'w')
-            process = subprocess.Popen([PYTHON, '-c', code, str(base / (side + '.npz'))],
-                                       env=env, cwd=str(home), stdout=log,
-                                       stderr=subprocess.STDOUT)
-            children[side] = (process, log)
-        results = {}
-        for side, (process, log) in children.items():
-            try:
-                returncode = process.wait(timeout=1800)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                returncode = 'timeout'
-            log.close()
-            if returncode != 0:
-                with open(log.name) as text:
-                    pytest.fail('%s child (%s) exited %s\n%s'
-                                % (side, configuration, returncode, text.read()[-6000:]))
-            with np.load(str(base / (side + '.npz'))) as data:
-                results[side] = {key: data[key] for key in data.files}
-    return results
+    code = CHILD % {'benchmarks': BENCHMARKS, 'steps': STEPS}
+
+    def train(side, slot):
+        settings = CONFIGURATIONS[configuration][side]
+        home = base / side
+        home.mkdir()
+        run_python(home, code, flags=settings['flags'], backend=settings['backend'],
+                   extra_env=settings['extra'], slot=slot, timeout=1800,
+                   args=[str(base / (side + '.npz'))])
+        with np.load(str(base / (side + '.npz'))) as data:
+            return {key: data[key] for key in data.files}
+
+    return run_side_by_side(CONFIGURATIONS[configuration], train)
 
 
 @pytest.fixture(scope='module')

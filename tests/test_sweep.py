@@ -20,7 +20,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import CHILDREN, KERAS_101, ONE, TWO, needs_pocl, run_python, side_by_side
+from conftest import CHILDREN, KERAS_101, ONE, TWO, needs_pocl, run_python, run_side_by_side
 
 pytestmark = needs_pocl
 
@@ -45,7 +45,6 @@ RTOL, ATOL = 1e-4, 1e-6
 @pytest.fixture(scope='module')
 def swept(tmp_path_factory):
     """{configuration: {name: array}}."""
-    from concurrent.futures import ThreadPoolExecutor
     base = tmp_path_factory.mktemp('sweep')
 
     def sweep(key, slot):
@@ -61,9 +60,7 @@ def swept(tmp_path_factory):
         return dict(np.load(out))
     results = {}
     for phase in PHASES:
-        slots, caches = side_by_side(phase)
-        with caches, ThreadPoolExecutor(2) as pool:
-            results.update(zip(phase, pool.map(sweep, phase, [slots[k] for k in phase])))
+        results.update(run_side_by_side(phase, sweep))
     return results
 
 

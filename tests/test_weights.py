@@ -7,12 +7,11 @@ layer-wise on two, side by side.  Plain Keras-Theano (no shim, on the CPU)
 then loads the files each multi-context run saved.
 """
 import os
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
-from conftest import CHILDREN, ONE, TWO, needs_pocl, run_python, side_by_side
+from conftest import CHILDREN, ONE, TWO, needs_pocl, run_python, run_side_by_side
 
 pytestmark = needs_pocl
 
@@ -27,22 +26,21 @@ def fits(tmp_path_factory):
     computed from that mode's files})."""
     base = tmp_path_factory.mktemp('fits')
 
-    def fit(key):
+    def fit(key, slot):
         home = base / key
         home.mkdir()
-        run_python(home, flags=CONFIGURATIONS[key], timeout=2700, slot=slots[key],
+        run_python(home, flags=CONFIGURATIONS[key], timeout=2700, slot=slot,
                    args=[os.path.join(CHILDREN, 'fit_digits.py'), 'train', str(home)])
         return home
 
-    def load(key):
+    def load(key, slot):
         run_python(homes[key], backend='theano', extra_env={'THEANO_MULTIGPU_COMPAT': '1'},
+                   slot=slot,
                    args=[os.path.join(CHILDREN, 'fit_digits.py'), 'load', str(homes[key])])
         return dict(np.load(str(homes[key] / 'loaded.npz')))
 
-    slots, caches = side_by_side(list(CONFIGURATIONS))
-    with caches, ThreadPoolExecutor(len(CONFIGURATIONS)) as pool:
-        homes = dict(zip(CONFIGURATIONS, pool.map(fit, CONFIGURATIONS)))
-        loaded = dict(zip(MODES, pool.map(load, MODES)))
+    homes = run_side_by_side(CONFIGURATIONS, fit)
+    loaded = run_side_by_side(MODES, load)
     return ({key: dict(np.load(str(home / 'results.npz'))) for key, home in homes.items()},
             loaded)
 
