@@ -2,7 +2,7 @@
 CUDA libraries libgpuarray opens (CUDA 12 or 13, system or pip packages)
 and what it says when one is missing, and how a bundle's Debian packages
 and wheels are unpacked under one folder (real .debs, built by dpkg-deb).
-The check itself, from a bundle, on a pocl device: see README.rst."""
+The check itself, from a bundle, on a pocl device: see docs/gpu_check.rst."""
 import os
 import shutil
 import subprocess
