@@ -13,12 +13,14 @@ demo: setup
 	@tools/demo.sh
 
 # The test files run on TEST_WORKERS pytest-xdist workers, each file's tests
-# in one worker (they share its module's fixtures).
+# in one worker (they share its module's fixtures), in the order
+# tests/conftest.py gives them (the longest first).
 TEST_WORKERS ?= 2
 
 test: setup
 	.venv/bin/lint-imports
 	$(PYTHON) -m pytest -p no:cacheprovider --durations=25 -n $(TEST_WORKERS) --dist loadfile \
+	    --no-loadscope-reorder \
 	    --timeout 1800 tests $(PYTEST_ARGS)
 
 # Keras 1.2.2's layers, objectives, metrics, activations, optimizers,
