@@ -11,6 +11,13 @@ parameters, or the attributes it uses) in an ``Expectation``, and calls
 ``check`` on the target before touching it.  A mismatch raises
 PatchTargetError, naming the target, the version found, and what to do.
 
+A patch sets an attribute of Theano or Keras only through ``replace`` or
+``wrap``, given the expectation of that attribute (or of its owner): they
+check it, and that it is the expectation of what they set, before setting
+it (tests/test_patches.py reads the package's source for any other
+assignment into Theano or Keras).  A patch that checks more than a target
+(the code it edits) raises ``refused``'s error, the one message of them all.
+
 Every Expectation made is listed in ``EXPECTATIONS``: the tests check each
 one against its real target and against a wrong one.
 """
@@ -21,8 +28,9 @@ import textwrap
 
 from .errors import PatchTargetError
 
-__all__ = ['Expectation', 'SourceDigest', 'Parameters', 'Attributes', 'EXPECTATIONS',
-           'SUPPORTED', 'installed_version', 'source_digest']
+__all__ = ['Expectation', 'SourceDigest', 'Parameters', 'Attributes', 'CodeNames',
+           'EXPECTATIONS', 'SUPPORTED', 'installed_version', 'source_digest', 'dotted_name',
+           'refused', 'replace', 'wrap']
 
 # The releases the patches were written for, and how to get them.
 SUPPORTED = {
@@ -80,15 +88,34 @@ class Expectation(object):
         """``obj``, when it is what the patch expects; else PatchTargetError."""
         problem = self.problem(obj)
         if problem is not None:
-            release, fix = SUPPORTED.get(self.package, (self.package, 'a supported version'))
-            raise PatchTargetError(
-                'theano_multigpu patches %s (%s) and expects %s\'s, with %s, but %s '
-                'in %s. Its patch was written for %s alone: install it (%s), or '
-                'report the version you need.'
-                % (self.target, self.why, release, self.expected(), problem,
-                   installed_version(self.package), release, fix))
+            raise refused(self.target, self.why, self.expected(), problem)
         self.passed = True
         return obj
+
+    def subject(self, owner, name):
+        """What ``check`` is given before ``owner.<name>`` is set: that
+        attribute when it is the target, ``owner`` when the owner is (then
+        ``name`` must be among what the expectation states of it).
+        PatchTargetError when ``owner`` is not the target's (a Theano or
+        Keras where it moved)."""
+        found = dotted_name(owner)
+        if found + '.' + name == self.target:
+            if not hasattr(owner, name):
+                raise refused(self.target, self.why, self.expected(),
+                              '%s has no attribute %s' % (found, name))
+            return getattr(owner, name)
+        if found == self.target and self.states(name):
+            return owner
+        if found == self.target:
+            raise ValueError('the expectation of %s states nothing of %r: declare one for '
+                             '%s.%s before patching it' % (self.target, name, found, name))
+        raise refused(self.target, self.why, self.expected(),
+                      'the patch was given %s.%s' % (found, name))
+
+    def states(self, name):
+        """Whether this expectation of an owner covers setting its ``name``
+        (an expectation of a function covers its own attributes)."""
+        return True
 
     def expected(self):
         raise NotImplementedError
@@ -143,11 +170,13 @@ class Parameters(Expectation):
 
 class Attributes(Expectation):
     """The target has these attributes: for a patch that replaces them, or
-    code that reads them."""
+    code that reads them.  ``optional``: attributes a patch replaces where
+    the release has them (Keras 1.0.1 lacks some)."""
 
-    def __init__(self, target, names, why):
+    def __init__(self, target, names, why, optional=()):
         super(Attributes, self).__init__(target, why)
         self.names = tuple(names)
+        self.optional = tuple(optional)
 
     def expected(self):
         return 'the attributes %s' % ', '.join(self.names)
@@ -157,3 +186,83 @@ class Attributes(Expectation):
         if missing:
             return 'it lacks %s' % ', '.join(missing)
         return None
+
+    def states(self, name):
+        return name in self.names + self.optional
+
+
+class CodeNames(Expectation):
+    """The target's code uses these names (globals, attributes or modules
+    it imports, as its bytecode names them): for a patch that swaps what
+    they name while the target runs, or that stands in for code that uses
+    them.  Checked without the source, and the same across releases that
+    kept the call."""
+
+    def __init__(self, target, names, why):
+        super(CodeNames, self).__init__(target, why)
+        self.names = tuple(names)
+
+    def expected(self):
+        return 'code that uses %s' % ', '.join(self.names)
+
+    def problem(self, obj):
+        code = getattr(getattr(obj, '__func__', obj), '__code__', None)
+        if code is None:
+            return '%r has no code' % (obj,)
+        used = set(_names_in(code))
+        missing = [name for name in self.names if name not in used]
+        if missing:
+            return 'its code does not use %s' % ', '.join(missing)
+        return None
+
+
+def _names_in(code):
+    """The names ``code`` and the functions nested in it use."""
+    for name in code.co_names:
+        yield name
+    for constant in code.co_consts:
+        if inspect.iscode(constant):
+            for name in _names_in(constant):
+                yield name
+
+
+def dotted_name(obj):
+    """'keras.models', 'theano.gof.op.Op', 'theano.gof.op.Op.make_c_thunk':
+    where a module, a class or a function is defined."""
+    if inspect.ismodule(obj):
+        return obj.__name__
+    return '%s.%s' % (getattr(obj, '__module__', '?'),
+                      getattr(obj, '__qualname__', type(obj).__qualname__))
+
+
+def refused(target, why, expected, problem):
+    """The PatchTargetError of a patch of ``target`` (``why``: what it does
+    there) that expects ``expected`` of the supported release and found
+    ``problem``."""
+    package = target.split('.')[0]
+    release, fix = SUPPORTED.get(package, (package, 'a supported version'))
+    return PatchTargetError(
+        'theano_multigpu patches %s (%s) and expects %s\'s, with %s, but %s '
+        'in %s. Its patch was written for %s alone: install it (%s), or '
+        'report the version you need.'
+        % (target, why, release, expected, problem, installed_version(package), release, fix))
+
+
+def replace(expectation, owner, name, new):
+    """Set ``owner.<name>`` to ``new`` once ``expectation``, of that
+    attribute or of ``owner``, passed on it (``Expectation.subject``);
+    returns the value replaced.  PatchTargetError before anything is set
+    otherwise."""
+    expectation.check(expectation.subject(owner, name))
+    original = getattr(owner, name, None)
+    setattr(owner, name, new)
+    return original
+
+
+def wrap(expectation, owner, name, wrapper):
+    """Set ``owner.<name>`` to ``wrapper(<its value>)``, checked as by
+    ``replace``; returns the value wrapped."""
+    expectation.check(expectation.subject(owner, name))
+    original = getattr(owner, name)
+    setattr(owner, name, wrapper(original))
+    return original
