@@ -30,8 +30,8 @@ the allocation failed), and launch no kernel for an empty output.
 """
 import hashlib
 
-from ..errors import KernelBuildError, PatchTargetError
-from ..patch_targets import Parameters, SourceDigest
+from ..errors import KernelBuildError
+from ..patch_targets import CodeNames, Parameters, SourceDigest, refused, replace, wrap
 
 __all__ = ['install', 'kernel_build_log', 'corrected_average_pool_grad']
 
@@ -57,6 +57,12 @@ MAXIMUM_C_CODE = SourceDigest(
 MINIMUM_C_CODE = SourceDigest(
     'theano.scalar.basic.Minimum.c_code', '4845bce58c76f844',
     'wrapped: nan(""), which OpenCL C lacks, becomes NAN')
+MAXIMUM_CACHE_VERSION = Parameters(
+    'theano.scalar.basic.Maximum.c_code_cache_version', ('self',),
+    'wrapped: the portable C code gets a cache key of its own')
+MINIMUM_CACHE_VERSION = Parameters(
+    'theano.scalar.basic.Minimum.c_code_cache_version', ('self',),
+    'wrapped: the portable C code gets a cache key of its own')
 
 AVERAGE_POOL_GRAD_INIT = SourceDigest(
     'theano.gpuarray.pool.GpuAveragePoolGrad.__init__', '7c7f47552d45a1d4',
@@ -77,6 +83,24 @@ POOL_ROP_INIT = SourceDigest(
 POOL_ROP_CACHE_VERSION = Parameters(
     'theano.gpuarray.pool.GpuMaxPoolRop.c_code_cache_version_apply', ('self', 'node'),
     'wrapped: the corrected code gets a cache key of its own')
+# What the patched __init__s correct: the C code sections COp loaded.
+CODE_SECTIONS = CodeNames(
+    'theano.gof.op.COp.load_c_code', ('code_sections',),
+    'read: the loaded C code sections are corrected in place')
+
+# Theano's private helpers that build a failed kernel again, for its log.
+ELEMWISE_OP_STRING = Parameters(
+    'theano.gpuarray.elemwise.GpuElemwise._generate_op_string', ('self', 'node'),
+    "read: the expression of the op's kernel")
+ELEMWISE_NAMES = Parameters(
+    'theano.gpuarray.elemwise.GpuElemwise._get_vnames', ('self', 'node'),
+    "read: the names of the kernel's operands")
+KERNELS_OF_OP = Parameters(
+    'theano.gpuarray.basic_ops.GpuKernelBase.gpu_kernels', ('self', 'node', 'name'),
+    "read: the op's kernels, as Kernel objects")
+KERNEL_FIELDS = CodeNames(
+    'theano.gpuarray.basic_ops.Kernel.__init__', ('code', 'params', 'name', 'flags'),
+    "read: a kernel's source, argument types, name and flags")
 
 # Lines of the compiler's log an error shows.
 LOG_LINES = 12
@@ -86,34 +110,47 @@ KERNEL_INIT_FAILURES = ('GpuKernel_init error', 'Could not initialize elemwise s
                         'Could not intialize inplace add support')
 
 
+def _portable_c_code(c_code):
+    def portable_c_code(self, node, name, inputs, outputs, sub):
+        return c_code(self, node, name, inputs, outputs, sub).replace('nan("")', 'NAN')
+    return portable_c_code
+
+
+def _nan_cache_version(cache_version):
+    return lambda self: cache_version(self) + ('NAN',)
+
+
 def _fix_nan_in_maximum_and_minimum(scalar_module):
-    for op_class, expectation in ((scalar_module.Maximum, MAXIMUM_C_CODE),
-                                  (scalar_module.Minimum, MINIMUM_C_CODE)):
-        c_code = expectation.check(op_class.c_code)
-        cache_version = op_class.c_code_cache_version
+    for op_class, c_code, cache_version in (
+            (scalar_module.Maximum, MAXIMUM_C_CODE, MAXIMUM_CACHE_VERSION),
+            (scalar_module.Minimum, MINIMUM_C_CODE, MINIMUM_CACHE_VERSION)):
+        wrap(c_code, op_class, 'c_code', _portable_c_code)
+        wrap(cache_version, op_class, 'c_code_cache_version', _nan_cache_version)
 
-        def portable_c_code(self, node, name, inputs, outputs, sub, c_code=c_code):
-            return c_code(self, node, name, inputs, outputs, sub).replace('nan("")', 'NAN')
 
-        op_class.c_code = portable_c_code
-        op_class.c_code_cache_version = (
-            lambda self, cache_version=cache_version: cache_version(self) + ('NAN',))
+def _handle_cache_version(cache_version):
+    def c_code_cache_version_apply(self, node):
+        version = cache_version(self, node)
+        return version + ('handle NULL', 'strided kernels when called') if version else version
+    return c_code_cache_version_apply
 
 
 def _fix_elemwise_handle(gpuarray_elemwise):
     elemwise = gpuarray_elemwise.GpuElemwise
-    ELEMWISE_HANDLE.check(elemwise.c_support_code_struct)
-    ELEMWISE_CLEANUP.check(elemwise.c_cleanup_code_struct)
-    cache_version = ELEMWISE_CACHE_VERSION.check(elemwise.c_code_cache_version_apply)
-    elemwise.c_support_code_struct = lambda self, node, name: '\nGpuElemwise *ge = NULL;\n'
-    elemwise.c_cleanup_code_struct = lambda self, node, name: (
-        '\nif (ge != NULL) { GpuElemwise_free(ge); ge = NULL; }\n')
-
-    def c_code_cache_version_apply(self, node):
-        version = cache_version(self, node)
-        return version + ('handle NULL', 'strided kernels when called') if version else version
-    elemwise.c_code_cache_version_apply = c_code_cache_version_apply
+    ELEMWISE_OP_STRING.check(elemwise._generate_op_string)
+    ELEMWISE_NAMES.check(elemwise._get_vnames)
+    replace(ELEMWISE_HANDLE, elemwise, 'c_support_code_struct',
+            lambda self, node, name: '\nGpuElemwise *ge = NULL;\n')
+    replace(ELEMWISE_CLEANUP, elemwise, 'c_cleanup_code_struct',
+            lambda self, node, name: '\nif (ge != NULL) { GpuElemwise_free(ge); ge = NULL; }\n')
+    wrap(ELEMWISE_CACHE_VERSION, elemwise, 'c_code_cache_version_apply', _handle_cache_version)
     _build_strided_elemwise_kernels_when_called(elemwise)
+
+
+def _check_kernel_sources(basic_ops):
+    """What kernel_build_log reads of Theano's ops and kernels."""
+    KERNELS_OF_OP.check(basic_ops.GpuKernelBase.gpu_kernels)
+    KERNEL_FIELDS.check(basic_ops.Kernel.__init__)
 
 
 def _build_strided_elemwise_kernels_when_called(elemwise):
@@ -125,12 +162,12 @@ def _build_strided_elemwise_kernels_when_called(elemwise):
     (check_basic grows its buffers to the operands' rank).  The contiguous
     kernel holds the op's expression, so one that does not compile still
     fails when the function is made."""
-    stock = ELEMWISE_INIT.check(elemwise.c_init_code_struct)
-
-    def c_init_code_struct(self, node, name, sub):
-        eager = 'args, %d, GE_CONVERT_F16);' % node.inputs[0].ndim
-        return stock(self, node, name, sub).replace(eager, 'args, 0, GE_CONVERT_F16);')
-    elemwise.c_init_code_struct = c_init_code_struct
+    def strided_when_called(stock):
+        def c_init_code_struct(self, node, name, sub):
+            eager = 'args, %d, GE_CONVERT_F16);' % node.inputs[0].ndim
+            return stock(self, node, name, sub).replace(eager, 'args, 0, GE_CONVERT_F16);')
+        return c_init_code_struct
+    wrap(ELEMWISE_INIT, elemwise, 'c_init_code_struct', strided_when_called)
 
 
 # pool_ave_grad.c's window loops, as Theano 1.0.5 ships them (2-D, then
@@ -199,11 +236,11 @@ _AVERAGE_3D_FIXED = """          const ga_size window = (pd*pooled_height + ph)*
 def corrected_average_pool_grad(kernels):
     """pool_ave_grad.c's kernels section, corrected (see the module
     docstring); PatchTargetError when it is not Theano 1.0.5's."""
-    if kernels.count(_AVERAGE_2D) != 1 or kernels.count(_AVERAGE_3D) != 1:
-        raise PatchTargetError(
-            "theano_multigpu corrects the kernels of theano/gpuarray/c_code/pool_ave_grad.c "
-            "and expects Theano 1.0.5's, but their window loops differ. Install Theano "
-            "1.0.5 (pip install theano==1.0.5), or report the version you need.")
+    found = [kernels.count(_AVERAGE_2D), kernels.count(_AVERAGE_3D)]
+    if found != [1, 1]:
+        raise refused('theano.gpuarray.pool.GpuAveragePoolGrad',
+                      'its kernels in c_code/pool_ave_grad.c are corrected',
+                      'its 2-D and 3-D window loops once each', 'found them %s times' % found)
     return kernels.replace(_AVERAGE_2D, _AVERAGE_2D_FIXED).replace(_AVERAGE_3D,
                                                                    _AVERAGE_3D_FIXED)
 
@@ -238,11 +275,10 @@ def corrected_pool_output_shape(sections):
     support, struct = sections['support_code'], sections['support_code_struct']
     found = [support.count(_OUTPUT_DIMS)] + [struct.count(s) for s in _LAUNCH_SIZES]
     if found != [1] * len(found):
-        raise PatchTargetError(
-            "theano_multigpu corrects the output shape in theano/gpuarray/c_code/pool.c and "
-            "pool_max_rop.c and expects Theano 1.0.5's code: its OUTPUT_DIMS macro and its 2 "
-            "kernel launch sizes once each; found them %s times. Install Theano 1.0.5 (pip "
-            "install theano==1.0.5), or report the version you need." % found)
+        raise refused('theano.gpuarray.pool.GpuPool',
+                      'the output shape in c_code/pool.c and pool_max_rop.c is corrected',
+                      'its OUTPUT_DIMS macro and its 2 kernel launch sizes once each',
+                      'found them %s times' % found)
     sections['support_code'] = support.replace(_OUTPUT_DIMS, _OUTPUT_DIMS_FIXED)
     for launch in _LAUNCH_SIZES:
         struct = struct.replace(launch, launch + '\n      if (num_kernels == 0) return 0;')
@@ -259,20 +295,21 @@ def _correct_c_code(op_class, init_expectation, version_expectation, correct, ve
     """Every instance of ``op_class`` gets its C code sections corrected by
     ``correct`` (a function of the sections dict) after loading; its cache
     key holds ``version_tag`` and the digest of the code it compiles."""
-    init = init_expectation.check(op_class.__init__)
-    cache_version = version_expectation.check(op_class.c_code_cache_version_apply)
+    def corrected_init(init):
+        def __init__(self, *args, **kwargs):
+            init(self, *args, **kwargs)
+            correct(self.code_sections)
+        return __init__
 
-    def __init__(self, *args, **kwargs):
-        init(self, *args, **kwargs)
-        correct(self.code_sections)
-
-    def c_code_cache_version_apply(self, node):
-        version = cache_version(self, node)
-        if not version:
-            return version
-        return version + (version_tag, code_digest(self.code_sections))
-    op_class.__init__ = __init__
-    op_class.c_code_cache_version_apply = c_code_cache_version_apply
+    def tagged_cache_version(cache_version):
+        def c_code_cache_version_apply(self, node):
+            version = cache_version(self, node)
+            if not version:
+                return version
+            return version + (version_tag, code_digest(self.code_sections))
+        return c_code_cache_version_apply
+    wrap(init_expectation, op_class, '__init__', corrected_init)
+    wrap(version_expectation, op_class, 'c_code_cache_version_apply', tagged_cache_version)
 
 
 def _correct_average_pool_grad_sections(sections):
@@ -291,8 +328,11 @@ def _fix_pools(gpuarray_pool):
 
 
 def _raise_kernel_build_errors(gof_op):
-    stock = MAKE_C_THUNK.check(gof_op.Op.make_c_thunk)
+    CODE_SECTIONS.check(gof_op.COp.load_c_code)
+    wrap(MAKE_C_THUNK, gof_op.Op, 'make_c_thunk', _raising_kernel_build_errors)
 
+
+def _raising_kernel_build_errors(stock):
     def make_c_thunk(self, node, storage_map, compute_map, no_recycling):
         try:
             return stock(self, node, storage_map, compute_map, no_recycling)
@@ -305,7 +345,7 @@ def _raise_kernel_build_errors(gof_op):
             if message is None:
                 raise
             raise KernelBuildError(message) from error
-    gof_op.Op.make_c_thunk = make_c_thunk
+    return make_c_thunk
 
 
 def _context_name(node):
@@ -413,3 +453,4 @@ def install():
     importhook.after_import('theano.gpuarray.elemwise', _fix_elemwise_handle)
     importhook.after_import('theano.gof.op', _raise_kernel_build_errors)
     importhook.after_import('theano.gpuarray.pool', _fix_pools)
+    importhook.after_import('theano.gpuarray.basic_ops', _check_kernel_sources)

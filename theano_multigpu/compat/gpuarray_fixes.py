@@ -23,7 +23,7 @@ from theano.gpuarray.basic_ops import (GpuAlloc, GpuAllocEmpty, GpuContiguous, G
                                        host_from_gpu)
 from theano.gpuarray.type import ContextNotDefined, GpuArrayType, get_context
 
-from ..patch_targets import Parameters, SourceDigest
+from ..patch_targets import Parameters, SourceDigest, replace
 from .optimizers import register_optimizer
 
 __all__ = ['install']
@@ -313,13 +313,12 @@ def install(several_contexts=False):
     it is not Theano 1.0.5's)."""
     global _stock_belongs_to_set
     if 'base' not in _installed:
-        INFER_CONTEXT_NAME.check(basic_ops.infer_context_name).__code__ = \
-            _infer_context_name.__code__
+        replace(INFER_CONTEXT_NAME, basic_ops.infer_context_name, '__code__',
+                _infer_context_name.__code__)
         # After the destroy handler (49.5), before the in-place passes.
         register_optimizer('gpu_to_gpu_contiguous', local_gpu_to_gpu_contiguous,
                            'add_destroy_handler', 0.1)
-        MRG_UNIFORM_NEW.check(GPUA_mrg_uniform.new)
-        GPUA_mrg_uniform.new = _mrg_uniform_new
+        replace(MRG_UNIFORM_NEW, GPUA_mrg_uniform, 'new', _mrg_uniform_new)
         _installed.add('base')
     if several_contexts and 'several' not in _installed:
         # Just before the GPU lifting (48.5), after the stabilising passes.
@@ -329,6 +328,6 @@ def install(several_contexts=False):
                            local_allocation_per_reading_context, 'gpuarray_opt', -0.06)
         register_optimizer('alloc_on_clients_context', local_alloc_on_clients_context,
                            'gpuarray_opt', -0.05)
-        _stock_belongs_to_set = SCAN_MERGE_TEST.check(ScanMerge.belongs_to_set)
-        ScanMerge.belongs_to_set = _belongs_to_set
+        _stock_belongs_to_set = replace(SCAN_MERGE_TEST, ScanMerge, 'belongs_to_set',
+                                        _belongs_to_set)
         _installed.add('several')

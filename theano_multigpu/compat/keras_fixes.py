@@ -6,17 +6,26 @@ import json
 import os
 
 from .. import importhook
-from ..patch_targets import Attributes, Parameters
+from ..patch_targets import CodeNames, Parameters, wrap
 
 __all__ = ['install', 'keras_config_path', 'yaml_loader_class', 'write_theano_keras_json']
 
-MODELS = Attributes('keras.models', ('model_from_yaml',),
-                    'model_from_yaml (and load_model) read YAML safely and h5py 3 files')
+# The wrappers swap yaml.load and h5py.File while the target runs: it must
+# call them through their modules.
+MODEL_FROM_YAML = CodeNames('keras.models.model_from_yaml', ('yaml', 'load'),
+                            'wrapped: the yaml.load it calls reads safely')
+LOAD_MODEL = CodeNames('keras.models.load_model', ('h5py', 'File'),   # not in Keras 1.0.1
+                       'wrapped: the h5py.File it opens reads h5py 3 files as h5py 2')
+LOAD_WEIGHTS = CodeNames('keras.engine.topology.Container.load_weights', ('h5py', 'File'),
+                         'wrapped: the h5py.File it opens reads h5py 3 files as h5py 2')
+# Not in Keras 1.0.1: the group they are given reads as h5py 2's.
+HDF5_GROUP_LOADERS = dict((name, Parameters(
+    'keras.engine.topology.Container.' + name, ('self', 'f'),
+    'wrapped: the h5py group it is given reads strings as bytes'))
+    for name in ('load_weights_from_hdf5_group', 'load_weights_from_hdf5_group_by_name'))
 RECURRENT_INITIAL_STATES = Parameters(
     'keras.layers.recurrent.Recurrent.get_initial_states', ('self', 'x'),
     "wrapped: the initial states' unit axes are not broadcastable")
-CONTAINER = Attributes('keras.engine.topology.Container', ('load_weights',),
-                       'load_weights reads h5py 3 files')
 
 
 def keras_config_path():
@@ -183,19 +192,17 @@ def _with_h5py2_group(method):
 
 
 def _fix_models(models):
-    MODELS.check(models)
-    models.model_from_yaml = _with_safe_yaml(models.model_from_yaml)
-    if hasattr(models, 'load_model'):  # not in Keras 1.0.1
-        models.load_model = _with_h5py2_strings(models.load_model)
+    wrap(MODEL_FROM_YAML, models, 'model_from_yaml', _with_safe_yaml)
+    if hasattr(models, 'load_model'):
+        wrap(LOAD_MODEL, models, 'load_model', _with_h5py2_strings)
 
 
 def _fix_topology(topology):
-    container = CONTAINER.check(topology.Container)
-    container.load_weights = _with_h5py2_strings(container.load_weights)
-    for name in ('load_weights_from_hdf5_group',  # not in Keras 1.0.1
-                 'load_weights_from_hdf5_group_by_name'):
+    container = topology.Container
+    wrap(LOAD_WEIGHTS, container, 'load_weights', _with_h5py2_strings)
+    for name, expectation in sorted(HDF5_GROUP_LOADERS.items()):
         if name in vars(container):
-            setattr(container, name, _with_h5py2_group(vars(container)[name]))
+            wrap(expectation, container, name, _with_h5py2_group)
 
 
 def _fix_recurrent(recurrent):
@@ -205,14 +212,15 @@ def _fix_recurrent(recurrent):
     step returns are not, and Theano's scan refuses the mismatch ("The
     broadcast pattern of the output of scan ... is inconsistent").  Rule:
     an initial state is broadcastable along the samples at most."""
-    get_initial_states = RECURRENT_INITIAL_STATES.check(recurrent.Recurrent.get_initial_states)
-
-    @functools.wraps(get_initial_states)
-    def unit_axes_not_broadcastable(self, x):
-        from theano import tensor
-        return [tensor.unbroadcast(state, *range(1, state.ndim))
-                for state in get_initial_states(self, x)]
-    recurrent.Recurrent.get_initial_states = unit_axes_not_broadcastable
+    def not_broadcastable(get_initial_states):
+        @functools.wraps(get_initial_states)
+        def unit_axes_not_broadcastable(self, x):
+            from theano import tensor
+            return [tensor.unbroadcast(state, *range(1, state.ndim))
+                    for state in get_initial_states(self, x)]
+        return unit_axes_not_broadcastable
+    wrap(RECURRENT_INITIAL_STATES, recurrent.Recurrent, 'get_initial_states',
+         not_broadcastable)
 
 
 def install():

@@ -22,10 +22,11 @@ zeros, broadcasts its zero value in its C code as the other GpuAllocs do
 (``GpuArray_setarray``, whose kernel libgpuarray builds once per context
 and keeps), and never calls the memset.
 """
+import functools
+
 import numpy as np
 
-from ..errors import PatchTargetError
-from ..patch_targets import Parameters, SourceDigest, source_digest
+from ..patch_targets import Parameters, SourceDigest, refused, source_digest, wrap
 
 __all__ = ['install']
 
@@ -91,12 +92,12 @@ def _fill_zeros_without_memset(basic_ops):
     value, 0, broadcast by GpuArray_setarray.  (Its Python ``perform``,
     which runs only without a C compiler, still fills with pygpu's zeros.)
     The cache key holds the digest of this rewrite's code."""
-    import functools
-    gpu_alloc = basic_ops.GpuAlloc
-    c_code = GPU_ALLOC_C_CODE.check(gpu_alloc.c_code)
-    cache_version = GPU_ALLOC_CACHE_VERSION.check(gpu_alloc.c_code_cache_version_apply)
-    rewrite_digest = source_digest(_fill_zeros_without_memset)
+    wrap(GPU_ALLOC_C_CODE, basic_ops.GpuAlloc, 'c_code', _filling_by_broadcast)
+    wrap(GPU_ALLOC_CACHE_VERSION, basic_ops.GpuAlloc, 'c_code_cache_version_apply',
+         _keyed_by_the_fill)
 
+
+def _filling_by_broadcast(c_code):
     @functools.wraps(c_code)
     def fill_by_broadcast(self, node, name, inputs, outputs, sub):
         code = c_code(self, node, name, inputs, outputs, sub)
@@ -104,12 +105,15 @@ def _fill_zeros_without_memset(basic_ops):
             return code
         memset_0 = '%s->memset_0' % sub['params']
         if code.count(memset_0) != 2:
-            raise PatchTargetError(
-                "theano_multigpu rewrites GpuAlloc's C code on OpenCL contexts and expects "
-                "Theano 1.0.5's, which reads %s twice; this one reads it %d times. Install "
-                "Theano 1.0.5 (pip install theano==1.0.5), or report the version you need."
-                % (memset_0, code.count(memset_0)))
+            raise refused(GPU_ALLOC_C_CODE.target, 'its C code on OpenCL contexts is rewritten',
+                          'C code that reads %s twice' % memset_0,
+                          'this one reads it %d times' % code.count(memset_0))
         return code.replace(memset_0, '0')
+    return fill_by_broadcast
+
+
+def _keyed_by_the_fill(cache_version):
+    rewrite_digest = source_digest(_filling_by_broadcast)
 
     @functools.wraps(cache_version)
     def c_code_cache_version_apply(self, node):
@@ -117,8 +121,7 @@ def _fill_zeros_without_memset(basic_ops):
         if version and self.memset_0 and _is_opencl(self.context_name):
             return version + ('zeros by broadcast', rewrite_digest)
         return version
-    gpu_alloc.c_code = fill_by_broadcast
-    gpu_alloc.c_code_cache_version_apply = c_code_cache_version_apply
+    return c_code_cache_version_apply
 
 
 def install():

@@ -9,8 +9,7 @@ each is registered at an offset from a named pass of Theano's, and only if
 no other pass of Theano's sits between the two: a Theano whose passes
 differ raises PatchTargetError instead of running the rewrite elsewhere.
 """
-from ..errors import PatchTargetError
-from ..patch_targets import SUPPORTED, installed_version
+from ..patch_targets import refused
 
 __all__ = ['register_optimizer', 'position_after']
 
@@ -20,25 +19,21 @@ PREFIX = 'multigpu_'
 def position_after(optdb_positions, anchor, offset, name):
     """The position ``offset`` away from pass ``anchor``, checked: the
     anchor exists and no pass of Theano's lies between the two."""
+    why = 'the graph rewrite %r is registered right %s its pass %r' % (
+        name, 'after' if offset > 0 else 'before', anchor)
     if anchor not in optdb_positions:
-        raise PatchTargetError(
-            "theano_multigpu registers the graph rewrite %r next to Theano's pass %r, "
-            "but theano.compile.optdb has no pass of that name in %s. The rewrite "
-            "was written for %s: install it (%s)."
-            % (name, anchor, installed_version('theano'), SUPPORTED['theano'][0],
-               SUPPORTED['theano'][1]))
+        raise refused('theano.compile.optdb', why, 'a pass named %r' % anchor,
+                      'it has no pass of that name')
     position = optdb_positions[anchor] + offset
     low, high = sorted((optdb_positions[anchor], position))
     between = sorted(other for other, at in optdb_positions.items()
                      if low < at < high and not other.startswith(PREFIX))
     if between:
-        raise PatchTargetError(
-            "theano_multigpu registers the graph rewrite %r right %s Theano's pass "
-            "%r (at %s), but in %s the pass(es) %s lie between the two, so it "
-            "would not run where it must. The rewrite was written for %s: install "
-            "it (%s)." % (name, 'after' if offset > 0 else 'before', anchor, position,
-                          installed_version('theano'), ', '.join(between),
-                          SUPPORTED['theano'][0], SUPPORTED['theano'][1]))
+        raise refused('theano.compile.optdb', why,
+                      'no pass of its own between %r (at %s) and %s'
+                      % (anchor, optdb_positions[anchor], position),
+                      'the pass(es) %s lie between the two, so it would not run where '
+                      'it must' % ', '.join(between))
     return position
 
 

@@ -23,7 +23,7 @@ Imports no Theano: ``install`` runs once ``theano.compile.function`` has,
 import functools
 import threading
 
-from ..patch_targets import Parameters
+from ..patch_targets import Parameters, wrap
 
 __all__ = ['install', 'install_scan', 'views_of']
 
@@ -79,7 +79,7 @@ def _reading_views(pfunc):
 
 def install(function_module):
     """Wrap the ``pfunc`` that ``theano.function`` calls."""
-    function_module.pfunc = _reading_views(PFUNC.check(function_module.pfunc))
+    wrap(PFUNC, function_module, 'pfunc', _reading_views)
 
 
 def _building_without_views(scan):
@@ -96,4 +96,4 @@ def _building_without_views(scan):
 def install_scan(scan_module):
     """Wrap ``theano.scan_module.scan.scan``: the names ``theano.scan`` and
     ``theano.scan_module.scan`` bind it after this module has run."""
-    scan_module.scan = _building_without_views(SCAN.check(scan_module.scan))
+    wrap(SCAN, scan_module, 'scan', _building_without_views)

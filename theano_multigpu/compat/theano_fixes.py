@@ -11,7 +11,7 @@ import textwrap
 from .. import importhook
 from ..config.mpi_environment import launched_by_mpi
 from ..config.settings import CONFIGPARSER
-from ..patch_targets import Parameters, SourceDigest
+from ..patch_targets import Parameters, SourceDigest, refused, replace, wrap
 from . import compiled_scan, scan_buffers
 
 __all__ = ['install', 'default_blas_ldflags']
@@ -25,6 +25,9 @@ SCAN_EXECUTE = SourceDigest(
 ROUND_C_CODE = SourceDigest(
     'theano.scalar.basic.RoundHalfToEven.c_code', 'ebc60583a06f7edc',
     "wrapped: floorf, which OpenCL C lacks, becomes floor")
+ROUND_CACHE_VERSION = Parameters(
+    'theano.scalar.basic.RoundHalfToEven.c_code_cache_version', ('self',),
+    'wrapped: the portable C code gets a cache key of its own')
 REDUCTION_KERNEL = SourceDigest(
     'theano.gpuarray.elemwise.GpuCAReduceCPY.generate_kernel', '0d6d7408c969505f',
     'replaced: a smaller work-group on CPU OpenCL devices')
@@ -86,12 +89,11 @@ def _fix_cop_cache_version(op_module):
     """Theano keys the compile cache of COp ops (DimShuffle, GpuDot22, ...)
     on ``hash(source code)``, which Python 3 randomises per process: every
     run compiled them again.  Key them on a digest of the code instead."""
-    COP_CACHE_VERSION.check(op_module.COp.c_code_cache_version)
-    op_module.COp.c_code_cache_version = _stable_cop_cache_version
+    replace(COP_CACHE_VERSION, op_module.COp, 'c_code_cache_version', _stable_cop_cache_version)
 
 
 # Edits of Theano 1.0.5's Scan.execute (checked by SCAN_EXECUTE first):
-# (pattern, replacement, matches).
+# (pattern, replacement, matches).  The names they call are _SCAN_HELPERS'.
 _SCAN_EDITS = [
     # pygpu's gpudata raises "This is for CUDA arrays." on OpenCL.
     (r'\b(\w+)\.gpudata\b', r'_theano_multigpu_device_address(\1)', 5),
@@ -109,6 +111,33 @@ _SCAN_EDITS = [
     (r'outs\[j\]\[0\] = node\.outputs\[j\]\.type\.value_zeros\(shape\)',
      r'outs[j][0] = _theano_multigpu_unfilled(node.outputs[j].type, shape)', 1),
 ]
+_SCAN_HELPERS = {'_theano_multigpu_device_address': scan_buffers.device_address,
+                 '_theano_multigpu_host_address': scan_buffers.host_address,
+                 '_theano_multigpu_rotate_left': scan_buffers.rotate_left,
+                 '_theano_multigpu_unfilled': scan_buffers.unfilled}
+
+
+def _edited_scan_execute(execute, scan_op_globals):
+    """``execute`` (Theano 1.0.5's Scan.execute) with _SCAN_EDITS made,
+    compiled again with the globals of its module and _SCAN_HELPERS as
+    enclosing names (nothing is added to Theano's module).
+    PatchTargetError when an edit does not match as often as it should."""
+    lines, first_line = inspect.getsourcelines(execute)
+    source = textwrap.dedent(''.join(lines))
+    for pattern, replacement, expected in _SCAN_EDITS:
+        source, found = re.subn(pattern, replacement, source, flags=re.DOTALL)
+        if found != expected:
+            raise refused(SCAN_EXECUTE.target, SCAN_EXECUTE.why,
+                          'the pattern %r %d times' % (pattern, expected),
+                          'found it %d times' % found)
+    names = sorted(_SCAN_HELPERS)
+    enclosed = 'def _with_helpers(%s):\n%s    return execute\n' % (
+        ', '.join(names), textwrap.indent(source, '    '))
+    # Line numbers as in the file (the enclosing def takes the line before).
+    code = compile('\n' * (first_line - 2) + enclosed, inspect.getsourcefile(execute), 'exec')
+    namespace = {}
+    exec(code, scan_op_globals, namespace)
+    return namespace['_with_helpers'](*[_SCAN_HELPERS[name] for name in names])
 
 
 def _fix_scan_on_opencl(scan_op_module):
@@ -116,21 +145,9 @@ def _fix_scan_on_opencl(scan_op_module):
     layer did; recompile ``Scan.execute`` with the edits in _SCAN_EDITS
     (CPU numbers are unchanged: copies only).  Scan then runs the compiled
     loop (``compiled_scan``), and this one where that cannot be built."""
-    execute = SCAN_EXECUTE.check(scan_op_module.Scan.execute)
-    lines, first_line = inspect.getsourcelines(execute)
-    source = textwrap.dedent(''.join(lines))
-    for pattern, replacement, expected in _SCAN_EDITS:
-        source, found = re.subn(pattern, replacement, source, flags=re.DOTALL)
-        assert found == expected, (pattern, found)   # the digest matched
-    scan_op_module._theano_multigpu_device_address = scan_buffers.device_address
-    scan_op_module._theano_multigpu_rotate_left = scan_buffers.rotate_left
-    scan_op_module._theano_multigpu_host_address = scan_buffers.host_address
-    scan_op_module._theano_multigpu_unfilled = scan_buffers.unfilled
-    code = compile('\n' * (first_line - 1) + source,
-                   inspect.getsourcefile(execute), 'exec')
-    namespace = {}
-    exec(code, scan_op_module.__dict__, namespace)
-    scan_op_module.Scan.execute = compiled_scan.scan_execute(namespace['execute'])
+    def edited(execute):
+        return compiled_scan.scan_execute(_edited_scan_execute(execute, vars(scan_op_module)))
+    wrap(SCAN_EXECUTE, scan_op_module.Scan, 'execute', edited)
 
 
 def _fix_round_on_opencl(scalar_module):
@@ -138,16 +155,15 @@ def _fix_round_on_opencl(scalar_module):
     GPU kernel failed to build and Theano crashed compiling any OpenCL
     function with ``K.round`` (Keras's binary accuracy).  Call the overloaded
     ``floor`` (exact for float too, so the same numbers on the CPU)."""
+    def portable(c_code):
+        def portable_c_code(self, node, name, inputs, outputs, sub):
+            return c_code(self, node, name, inputs, outputs, sub).replace('floorf(', 'floor(')
+        return portable_c_code
+
     round_op = scalar_module.RoundHalfToEven
-    c_code = ROUND_C_CODE.check(round_op.c_code)
-    cache_version = round_op.c_code_cache_version
-
-    def portable_c_code(self, node, name, inputs, outputs, sub):
-        return c_code(self, node, name, inputs, outputs, sub).replace(
-            'floorf(', 'floor(')
-
-    round_op.c_code = portable_c_code
-    round_op.c_code_cache_version = lambda self: cache_version(self) + ('floor',)
+    wrap(ROUND_C_CODE, round_op, 'c_code', portable)
+    wrap(ROUND_CACHE_VERSION, round_op, 'c_code_cache_version',
+         lambda cache_version: lambda self: cache_version(self) + ('floor',))
 
 
 # Work-group size of the OpenCL reduction kernels on CPU devices (pocl).
@@ -177,8 +193,6 @@ def _fix_reduction_on_cpu_opencl(gpuarray_elemwise):
     from pygpu.reduction import ReductionKernel
     from theano import scalar
     op = gpuarray_elemwise.GpuCAReduceCPY
-    REDUCTION_KERNEL.check(op.generate_kernel)
-    cache_version = REDUCTION_CACHE_VERSION.check(op.c_code_cache_version_apply)
     reduce_exprs = ((scalar.basic.Add, 'a + b'), (scalar.basic.Mul, 'a * b'))
 
     def generate_sized_kernel(self, node, odtype, redux):
@@ -193,27 +207,35 @@ def _fix_reduction_on_cpu_opencl(gpuarray_elemwise):
         kernel.init_local_size = reduction_local_size(kernel.context, kernel.init_local_size)
         return kernel
 
-    def sized_cache_version(self, node):
-        kernel = self.get_kernel_cache(node)
-        size = kernel.init_local_size if kernel is not None else 0
-        return cache_version(self, node) + ('local_size', size)
+    def sized(cache_version):
+        def sized_cache_version(self, node):
+            kernel = self.get_kernel_cache(node)
+            size = kernel.init_local_size if kernel is not None else 0
+            return cache_version(self, node) + ('local_size', size)
+        return sized_cache_version
 
-    op.generate_kernel = generate_sized_kernel
-    op.c_code_cache_version_apply = sized_cache_version
+    replace(REDUCTION_KERNEL, op, 'generate_kernel', generate_sized_kernel)
+    wrap(REDUCTION_CACHE_VERSION, op, 'c_code_cache_version_apply', sized)
 
 
-def _hide_mpi4py(io_module):
+class _Mpi4pyHidden(object):
     """theano.tensor.io imports mpi4py, which starts MPI, whenever Theano
     is imported; outside mpirun nothing needs it, so Theano does not see it
-    there (sys.modules' None makes that one import fail)."""
-    if not launched_by_mpi() and 'mpi4py' not in sys.modules:
-        sys.modules['mpi4py'] = None
-        io_module.__dict__['_multigpu_hid_mpi4py'] = True
+    there (sys.modules' None makes that one import fail), while
+    theano.tensor.io executes."""
 
+    def __init__(self):
+        self.hidden = False
 
-def _show_mpi4py(io_module):
-    if io_module.__dict__.pop('_multigpu_hid_mpi4py', False):
-        del sys.modules['mpi4py']
+    def hide(self, io_module):
+        if not launched_by_mpi() and 'mpi4py' not in sys.modules:
+            sys.modules['mpi4py'] = None
+            self.hidden = True
+
+    def show(self, io_module):
+        if self.hidden:
+            del sys.modules['mpi4py']
+            self.hidden = False
 
 
 def install():
@@ -221,8 +243,9 @@ def install():
     importhook.after_import('theano.compile.function', shared_views.install)
     importhook.after_import('theano.scan_module.scan', shared_views.install_scan)
     if 'theano.tensor.io' not in sys.modules:
-        importhook.before_import('theano.tensor.io', _hide_mpi4py)
-        importhook.after_import('theano.tensor.io', _show_mpi4py)
+        hidden = _Mpi4pyHidden()
+        importhook.before_import('theano.tensor.io', hidden.hide)
+        importhook.after_import('theano.tensor.io', hidden.show)
     importhook.after_import('theano.gpuarray.elemwise', _fix_reduction_on_cpu_opencl)
     importhook.after_import('theano.configparser', _set_blas_ldflags)
     importhook.after_import('theano', _import_ifelse)

@@ -16,8 +16,15 @@ from theano.gpuarray.basic_ops import host_from_gpu
 from theano.gpuarray.type import gpuarray_shared_constructor
 from theano.tensor.sharedvar import TensorSharedVariable
 
+from ..patch_targets import CodeNames
+
 __all__ = ['PlacedVariable', 'new_variable', 'host_view', 'placed_replacements',
            'value_holder', 'check_no_placeholder', 'optimizer_state_owners']
+
+# ``place`` drops the functions ``Variable.eval`` keeps in ``_fn_cache``.
+EVAL_CACHE = CodeNames('theano.gof.graph.Variable.eval', ('_fn_cache',),
+                       'read: place() drops the functions it keeps there')
+EVAL_CACHE.check(gof.graph.Variable.eval)
 
 
 class PlacedVariable(TensorSharedVariable):

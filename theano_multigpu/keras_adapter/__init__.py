@@ -21,7 +21,7 @@ import numpy as np
 
 from ..config import mesh as mesh_module
 from ..config.mpi_environment import launched_by_mpi
-from ..patch_targets import Attributes
+from ..patch_targets import Attributes, replace
 from . import functions, keras_graph   # neither imports the graph layer at import
 
 __all__ = ['TAKEN_OVER', 'install', 'stock']
@@ -32,7 +32,9 @@ TAKEN_OVER = ('variable', 'function', 'gradients', 'get_value', 'set_value',
               'batch_get_value', 'batch_set_value')
 # Keras 1.0.1 lacks batch_get_value and batch_set_value.
 THEANO_BACKEND = Attributes('keras.backend.theano_backend', TAKEN_OVER[:5],
-                            "its entries are replaced by the shim's")
+                            "its entries are replaced by the shim's", optional=TAKEN_OVER[5:])
+KERAS_BACKEND = Attributes('keras.backend', TAKEN_OVER[:5],
+                           "its entries are replaced by the shim's", optional=TAKEN_OVER[5:])
 
 # Keras's own implementations, captured before they are replaced.
 stock = {}
@@ -109,5 +111,6 @@ def install(keras_backend):
         if not hasattr(theano_backend, name):
             continue   # e.g. batch_get_value, which Keras 1.0.1 lacks
         stock.setdefault(name, getattr(theano_backend, name))
-        for module in (keras_backend, theano_backend):
-            setattr(module, name, getattr(own, name))
+        for module, expectation in ((keras_backend, KERAS_BACKEND),
+                                    (theano_backend, THEANO_BACKEND)):
+            replace(expectation, module, name, getattr(own, name))

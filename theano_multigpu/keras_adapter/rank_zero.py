@@ -14,7 +14,7 @@ stops every rank with an error naming the call.
 import threading
 
 from .. import importhook
-from ..patch_targets import Attributes
+from ..patch_targets import Attributes, CodeNames, Parameters, replace, wrap
 
 __all__ = ['install']
 
@@ -22,6 +22,15 @@ PROGRESS_BAR = Attributes('keras.callbacks.ProgbarLogger', ('on_train_begin',),
                           'wrapped: quiet on ranks other than 0')
 WEIGHT_FILES = Attributes('keras.engine.topology.Container', ('save_weights',),
                           'wrapped: written by rank 0, every rank waits for it')
+# Keras >= 1.0.3.
+MODEL_FILES = Parameters('keras.models.save_model', ('model', 'filepath', 'overwrite'),
+                         'wrapped: written by rank 0, every rank waits for it')
+# Keras >= 1.1: the log is opened when training begins, written at each
+# epoch's end and closed at the end.
+CSV_LOG_OPENED = CodeNames('keras.callbacks.CSVLogger.on_train_begin', ('open',),
+                           'replaced where this rank does not write: it opens the log')
+CSV_LOG_WRITTEN = Attributes('keras.callbacks.CSVLogger', ('on_epoch_end', 'on_train_end'),
+                             'wrapped: written by rank 0, every rank waits for it')
 
 _inside_a_save = threading.local()
 
@@ -54,35 +63,38 @@ def _saved_by_rank_zero(save, call, writes):
 def _rank_zero_prints_and_logs(rank, writes):
     def install(callbacks):
         if rank != 0:
-            logger = PROGRESS_BAR.check(callbacks.ProgbarLogger)
-            train_begin = logger.on_train_begin
-
-            def on_train_begin(self, logs={}):
-                train_begin(self, logs)
-                self.verbose = 0
-            logger.on_train_begin = on_train_begin
-        csv_logger = getattr(callbacks, 'CSVLogger', None)   # Keras >= 1.1
+            wrap(PROGRESS_BAR, callbacks.ProgbarLogger, 'on_train_begin', _quiet)
+        csv_logger = getattr(callbacks, 'CSVLogger', None)
         if csv_logger is not None:
             if not writes:
-                csv_logger.on_train_begin = _nothing
-            for name in ('on_epoch_end', 'on_train_end'):
-                setattr(csv_logger, name, _saved_by_rank_zero(
-                    getattr(csv_logger, name), 'CSVLogger.%s' % name, writes))
+                replace(CSV_LOG_OPENED, csv_logger, 'on_train_begin', _nothing)
+            for name in CSV_LOG_WRITTEN.names:
+                wrap(CSV_LOG_WRITTEN, csv_logger, name,
+                     lambda write, name=name: _saved_by_rank_zero(
+                         write, 'CSVLogger.%s' % name, writes))
     return install
+
+
+def _quiet(train_begin):
+    """ProgbarLogger's on_train_begin, then silence."""
+    def on_train_begin(self, logs={}):
+        train_begin(self, logs)
+        self.verbose = 0
+    return on_train_begin
 
 
 def _rank_zero_writes_weights(writes):
     def install(topology):
-        container = WEIGHT_FILES.check(topology.Container)
-        container.save_weights = _saved_by_rank_zero(container.save_weights,
-                                                     'save_weights', writes)
+        wrap(WEIGHT_FILES, topology.Container, 'save_weights',
+             lambda save: _saved_by_rank_zero(save, 'save_weights', writes))
     return install
 
 
 def _rank_zero_writes_models(writes):
     def install(models):
-        if hasattr(models, 'save_model'):   # Keras >= 1.0.3
-            models.save_model = _saved_by_rank_zero(models.save_model, 'model.save', writes)
+        if hasattr(models, 'save_model'):
+            wrap(MODEL_FILES, models, 'save_model',
+                 lambda save: _saved_by_rank_zero(save, 'model.save', writes))
     return install
 
 
