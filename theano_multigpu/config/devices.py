@@ -10,10 +10,11 @@ import sys
 from ..errors import ConfigurationError
 from ..patch_targets import Attributes
 from .flags import format_contexts
+from .session import current_session
 
-__all__ = ['have_pygpu', 'available_devices', 'check_before_theano',
-           'register_missing_names', 'set_default_context', 'context_memory',
-           'device_kind']
+__all__ = ['have_pygpu', 'survey_devices', 'available_devices', 'check_devices_exist',
+           'check_before_theano', 'register_missing_names', 'set_default_context',
+           'default_is', 'context_memory', 'free_memory', 'device_kind']
 
 PYGPU_INSTALL = ('apt-get install python3-pygpu libgpuarray-dev '
                  '(and make the virtual environment with --system-site-packages)')
@@ -21,8 +22,6 @@ PYGPU_INSTALL = ('apt-get install python3-pygpu libgpuarray-dev '
 INIT_DEV = Attributes('theano.gpuarray.init_dev', ('devmap',),
                       'its registry of opened devices is read, to open one device '
                       'under several names')
-
-_warned_no_pygpu = False
 
 
 def have_pygpu():
@@ -34,21 +33,48 @@ def have_pygpu():
     return True
 
 
-def available_devices():
-    """Device strings that libgpuarray can open here, e.g. ['opencl0:0']."""
+def survey_devices():
+    """(device strings that libgpuarray can open here, e.g. ['opencl0:0'];
+    the drivers' messages where counting failed, e.g. ['cuda: Could not
+    load "libcuda.so": ...']).  A driver that cannot count is reported, not
+    taken for a driver without devices."""
     import pygpu.gpuarray as gpuarray
-    found = []
+    found, problems = [], []
     try:
         found += ['cuda%d' % i for i in range(gpuarray.count_devices('cuda', 0))]
-    except Exception:
-        pass
+    except gpuarray.GpuArrayException as error:
+        problems.append('cuda: %s' % _driver_message(error))
     try:
         for platform in range(gpuarray.count_platforms('opencl')):
             found += ['opencl%d:%d' % (platform, d)
                       for d in range(gpuarray.count_devices('opencl', platform))]
-    except Exception:
-        pass
-    return found
+    except gpuarray.GpuArrayException as error:
+        problems.append('opencl: %s' % _driver_message(error))
+    return found, problems
+
+
+def _driver_message(error):
+    """libgpuarray's message (pygpu gives it as bytes)."""
+    message = error.args[0] if len(error.args) == 1 else error
+    if isinstance(message, bytes):
+        return message.decode('utf-8', 'replace')
+    return str(message)
+
+
+def available_devices():
+    """Device strings that libgpuarray can open here, e.g. ['opencl0:0']
+    (``survey_devices`` gives the drivers' messages too)."""
+    return survey_devices()[0]
+
+
+def _found_text(found, problems, device):
+    """'opencl0:0, opencl0:1' or 'none', with the messages of the driver
+    of ``device`` (a device string) where it could not count."""
+    text = ', '.join(found) or 'none'
+    said = [p for p in problems if p.startswith(device_kind(device) + ': ')]
+    if said:
+        text += ' (the driver said: %s)' % '; '.join(said)
+    return text
 
 
 def _device_exists(device, found):
@@ -58,12 +84,10 @@ def _device_exists(device, found):
 
 
 def _warn_no_pygpu():
-    global _warned_no_pygpu
-    if not _warned_no_pygpu:
+    if current_session().first_notice('no pygpu'):
         sys.stderr.write('theano_multigpu: pygpu is not installed, so this runs '
                          'as the plain Theano backend on one device; for GPU '
                          'contexts: %s\n' % PYGPU_INSTALL)
-        _warned_no_pygpu = True
 
 
 def _drop_contexts_flag(configparser):
@@ -108,20 +132,28 @@ def check_before_theano(pairs, configparser):
         return []
     if not pairs and not gpu_flags:
         return pairs
-    found = available_devices()
+    found, problems = survey_devices()
+    check_devices_exist(pairs, gpu_flags, found, problems)
+    return pairs
+
+
+def check_devices_exist(pairs, gpu_flags, found, problems):
+    """Raise ConfigurationError, with the devices ``found`` and the message
+    of the missing device's driver where it could not count (``problems``,
+    see ``survey_devices``), when a context of ``pairs`` or a device flag
+    of ``gpu_flags`` ([(flag, value)]) names a device that is not found."""
     for name, device in pairs:
         if not _device_exists(device, found):
             raise ConfigurationError(
                 'THEANO_FLAGS contexts maps %r to device %r, which does not exist '
                 'here; devices found: %s. Fix contexts=%r'
-                % (name, device, ', '.join(found) or 'none', format_contexts(pairs)))
+                % (name, device, _found_text(found, problems, device), format_contexts(pairs)))
     for flag, value in gpu_flags:
         if not _device_exists(value, found):
             raise ConfigurationError(
                 'THEANO_FLAGS %s=%s names a device that does not exist here; '
                 'devices found: %s. Use one of them, or %s=cpu'
-                % (flag, value, ', '.join(found) or 'none', flag))
-    return pairs
+                % (flag, value, _found_text(found, problems, value), flag))
 
 
 def register_missing_names(gpuarray, pairs):
@@ -159,6 +191,19 @@ def set_default_context(name):
     return default is get_context(name)
 
 
+def default_is(name):
+    """True when Theano's default context (None) is the context registered
+    as ``name``; False where either is not registered, or Theano's
+    gpuarray is not imported yet."""
+    gpuarray_type = sys.modules.get('theano.gpuarray.type')
+    if name is None or gpuarray_type is None:
+        return False
+    try:
+        return gpuarray_type.get_context(None) is gpuarray_type.get_context(name)
+    except gpuarray_type.ContextNotDefined:
+        return False
+
+
 def device_kind(device):
     return 'cuda' if device.startswith('cuda') else 'opencl'
 
@@ -168,3 +213,14 @@ def context_memory(name):
     from theano.gpuarray.type import get_context
     context = get_context(name)
     return int(context.total_gmem), int(context.free_gmem)
+
+
+def free_memory(context):
+    """The free bytes of pygpu context ``context`` as its driver reports
+    them, or None where the driver has no figure (libgpuarray's
+    UnsupportedException).  The driver's other errors are raised."""
+    from pygpu.gpuarray import UnsupportedException
+    try:
+        return int(context.free_gmem)
+    except UnsupportedException:
+        return None

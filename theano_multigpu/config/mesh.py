@@ -1,7 +1,9 @@
 """The mesh: which named contexts take part, which one is the master, and
 the mode, read from Theano's config once Theano is imported."""
 from ..errors import ConfigurationError
+from .devices import default_is
 from .flags import format_contexts, parse_contexts_flag, parse_name_list
+from .session import current_session
 
 __all__ = ['Mesh', 'current', 'from_flags', 'from_pairs']
 
@@ -108,16 +110,18 @@ def from_pairs(pairs, mode='auto', participants='', master=''):
     return Mesh(names, dict(pairs), master, mode)
 
 
-_current = None
-
-
 def current():
-    """The mesh of this process, from theano.config (imports Theano)."""
-    global _current
-    if _current is None:
+    """The mesh of this process (its session's), read from theano.config at
+    its first use (imports Theano)."""
+    session = current_session()
+    if session.mesh is None:
         import theano
         config = theano.config
-        _current = from_flags(config.contexts, config.multigpu.mode,
-                              config.multigpu.contexts, config.multigpu.master)
-        _current.shard = bool(config.multigpu.shard)
-    return _current
+        built = from_flags(config.contexts, config.multigpu.mode,
+                           config.multigpu.contexts, config.multigpu.master)
+        built.shard = bool(config.multigpu.shard)
+        # Where the contexts are registered already (a session reset after
+        # start-up), as start-up found it.
+        built.default_is_master = default_is(built.master)
+        session.mesh = built
+    return session.mesh
