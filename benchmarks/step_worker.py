@@ -47,10 +47,8 @@ def placement_of(model):
     model = getattr(model, 'model', model)
     current = mesh.current()
     resident = placement.resident_bytes(model.train_function.function, current)
-    plan = layerwise.current_plan()
-    layers = set(layer.name for layer in model.layers)
-    planned = dict((name, int(sum(n.total for n in plan.needs
-                                  if n.name in layers and plan.contexts[n.name] == name)))
+    planned = dict((name, int(sum(layerwise.layer_needs(layer).total for layer in model.layers
+                                  if layerwise.layer_context(layer) == name)))
                    for name in current.names)
     return {'resident': dict((name, int(resident.get(name, 0))) for name in current.names),
             'planned': planned}
@@ -64,10 +62,10 @@ def traffic_of(case):
     from theano_multigpu.graph import report, transfer
     current = mesh.current()
     name_of = dict((current.graph_name(name), name) for name in current.names)
-    before = dict(transfer.bytes_moved)
+    before = dict(transfer.bytes_moved())
     case.model.train_on_batch(case.x, case.y)
     sent, received = dict.fromkeys(current.names, 0), dict.fromkeys(current.names, 0)
-    for (source, destination), n in transfer.bytes_moved.items():
+    for (source, destination), n in transfer.bytes_moved().items():
         n -= before.get((source, destination), 0)
         if source in name_of and destination in name_of:
             sent[name_of[source]] += n
@@ -173,9 +171,9 @@ def main():
         elif 'moved' in request:
             from theano_multigpu.graph import transfer
             case = cases[request['moved']]
-            before = sum(transfer.bytes_moved.values())
+            before = sum(transfer.bytes_moved().values())
             case.model.train_on_batch(case.x, case.y)
-            answer = {'bytes': sum(transfer.bytes_moved.values()) - before,
+            answer = {'bytes': sum(transfer.bytes_moved().values()) - before,
                       'parameter_bytes': sum(w.nbytes for w in case.model.get_weights())}
         elif 'traffic' in request:
             answer = traffic_of(cases[request['traffic']])

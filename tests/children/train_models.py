@@ -307,7 +307,7 @@ def layer_placement(model):
     from theano_multigpu.graph import plan as layerwise
     if mesh.current().mode != 'layer':
         return None
-    plan, master = layerwise.current_plan(), mesh.current().master
+    master = mesh.current().master
     model = getattr(model, 'model', model)
     read = set(id(item.variable) for item in model.train_function.function.maker.inputs)
 
@@ -316,11 +316,12 @@ def layer_placement(model):
 
     contexts, errors = [], []
     for layer in model.layers:
-        if layer.name not in plan.contexts:
+        context = layerwise.layer_context(layer)
+        if context is None:
             continue   # an InputLayer: no ops of its own
-        contexts.append(plan.contexts[layer.name])
+        contexts.append(context)
         for weight in layer.trainable_weights + layer.non_trainable_weights:
-            if where(weight) != plan.contexts[layer.name]:
+            if where(weight) != context:
                 errors.append('%s of %s on %s' % (weight, layer.name, where(weight)))
             if id(weight.placed) not in read:
                 errors.append('%s of %s not read by the train function' % (weight, layer.name))

@@ -2,8 +2,9 @@
 layer, its weights and its optimizer state live on one context.
 
 Weights are PlacedVariables (``placed``).  Each function, at its first
-call, plans the layers it computes that no earlier plan placed, from the
-whole graph and the batch size of that call (``plan``).  The rewrite then
+call, plans the layers it computes that no plan has (by layer object: a
+new model's layers are new, whatever their names), from the whole graph
+and the batch size of that call (``plan``).  The rewrite then
 computes each layer call from its inputs moved to its context (only where
 the previous layer sits elsewhere) and from its weights' copies there;
 loss, metrics and updates read the rewritten outputs, and the gradients
@@ -18,7 +19,7 @@ from theano import gof
 from .gradients import real_gradients, rewritten_stand_ins, stand_ins_in
 from .placed import (PlacedVariable, check_no_placeholder, optimizer_state_owners,
                      placed_replacements, value_holder)
-from .plan import current_plan, place, plan_layers
+from .plan import current_plan, function_plan, layer_context, place, plan_layers
 from .replace import replaced
 from .rows import slice_bounds
 from .transfer import on_context
@@ -27,12 +28,14 @@ __all__ = ['LayerCall', 'rewrite', 'LayerwiseFunction']
 
 
 class LayerCall(object):
-    """One call of a layer: its name (the plan's unit), its input and
-    output tensors, and the shapes of its outputs (None for any size).
-    The rewrite adds ``reads``, what the call's own ops read, and
-    ``variables``, the PlacedVariables among them."""
+    """One call of a layer: the layer (the plan's unit, an object the plan
+    holds weakly), its name, its input and output tensors, and the shapes
+    of its outputs (None for any size).  The rewrite adds ``reads``, what
+    the call's own ops read, and ``variables``, the PlacedVariables among
+    them."""
 
-    def __init__(self, name, inputs, outputs, output_shapes):
+    def __init__(self, layer, name, inputs, outputs, output_shapes):
+        self.layer = layer
         self.name = name
         self.inputs = list(inputs)
         self.outputs = list(outputs)
@@ -87,11 +90,10 @@ def _place(calls, owners, roots, mesh):
     """Place every PlacedVariable the function reads: a layer's on its
     layer's context, optimizer state with its weight (``owners``), the rest
     on the master."""
-    contexts = current_plan().contexts
     where = {}
     for call in calls:
         for variable in call.variables:
-            where.setdefault(id(variable), contexts[call.name])
+            where.setdefault(id(variable), layer_context(call.layer))
     for variable in gof.graph.inputs(roots):
         if isinstance(variable, PlacedVariable) and variable.placed is None:
             _, owner = owners.get(id(variable), (None, None))
@@ -100,8 +102,9 @@ def _place(calls, owners, roots, mesh):
 
 
 def rewrite(inputs, outputs, updates, mesh, batch_rows, layer_calls, placed_outputs=None):
-    """(outputs, updates) of the layer-wise function; plans its layers
-    first if they are not planned yet.  ``updates`` is a list of pairs;
+    """(outputs, updates, plan) of the layer-wise function, ``plan`` the
+    planner.Plan of its layers (for its report); plans its layers first if
+    they are not planned yet.  ``updates`` is a list of pairs;
     ``layer_calls(roots)`` lists the LayerCalls whose outputs ``roots``
     read, in any order.
 
@@ -118,10 +121,9 @@ def rewrite(inputs, outputs, updates, mesh, batch_rows, layer_calls, placed_outp
     _place(calls, owners, roots + losses, mesh)
 
     input_ids = set(id(v) for v in inputs)
-    contexts = current_plan().contexts
     rewritten, located = {}, {}
     for call in calls:
-        context = mesh.graph_name(contexts[call.name])
+        context = mesh.graph_name(layer_context(call.layer))
         replace = placed_replacements(call.reads)
         for read in call.reads:
             if id(read) in located:
@@ -155,7 +157,7 @@ def rewrite(inputs, outputs, updates, mesh, batch_rows, layer_calls, placed_outp
     check_no_placeholder(new_roots, 'layer-wise rewrite')
     new_updates = [(value_holder(variable), new)
                    for (variable, _), new in zip(updates, new_roots[len(outputs):])]
-    return new_roots[:len(outputs)], new_updates
+    return new_roots[:len(outputs)], new_updates, function_plan(calls, batch_rows)
 
 
 class LayerwiseFunction(object):
@@ -185,7 +187,7 @@ class LayerwiseFunction(object):
 
     def __getattr__(self, name):
         """``function`` and the rest: the compiled Function's (compiling it,
-        with the plan's batch size, if it was never called)."""
+        with the latest plan's batch size, if it was never called)."""
         if name.startswith('_'):
             raise AttributeError(name)
         if False not in self._compiled:

@@ -1,10 +1,11 @@
-"""The layer-wise plan of this process: which context holds each layer,
-made from a function's layer calls at its first call and grown by later
-functions (their layers not planned yet).
+"""The layer-wise plans: which context holds each layer, planned by the
+first call of the first function that computes it, and kept while the
+layer lives (``planner.LayerPlans``, keyed by the layer objects).
 
 The numbers (each layer's bytes, each context's budget, and the shared
 variables no plan places, such as random generators' states, where they
-live) are counted here; ``planner`` decides from them.
+live) are counted here; ``planner`` decides from them.  What the plans
+counted is the session's (``Plans``, a part of ``config.session``).
 """
 import gc
 import weakref
@@ -13,36 +14,34 @@ import numpy as np
 import theano
 from theano.gpuarray.type import GpuArrayType, get_context
 
+from ..config.devices import free_memory
 from ..config.flags import parse_device_memory, parse_layer_map
+from ..config.session import current_session
 from . import planner
 from .placement import context_of
 
-__all__ = ['Plan', 'current_plan', 'plan_layers', 'budgets_of', 'hold', 'place',
-           'held_bytes', 'planned_bytes', 'nbytes']
+__all__ = ['Plans', 'plans', 'current_plan', 'layer_context', 'layer_needs', 'plan_layers',
+           'function_plan', 'budgets_of', 'hold', 'place', 'held_bytes', 'planned_bytes',
+           'nbytes']
 
 
-class Plan(object):
-    """Where each layer (by name) lives, and what the planner counted."""
+class Plans(object):
+    """A session's plans: ``layers``, the layer-wise plans of the layers
+    alive; and {GPU shared variable: context name}, held weakly:
+    ``held``, those on a context that no plan places (random generators'
+    states, which Theano makes on its default context), counted where they
+    live; ``placed``, the copies of the weights and optimizer state the
+    plans placed."""
 
-    def __init__(self, contexts, needs, budgets, batch_rows):
-        self.contexts = contexts        # {layer name: context name}
-        self.needs = needs              # [LayerNeeds] in topological order
-        self.budgets = budgets          # {context name: bytes or None}
-        self.batch_rows = batch_rows
-
-    def needs_on(self, name):
-        """The LayerNeeds of the layers on context ``name``."""
-        return [n for n in self.needs if self.contexts[n.name] == name]
+    def __init__(self):
+        self.layers = planner.LayerPlans()
+        self.held = weakref.WeakKeyDictionary()
+        self.placed = weakref.WeakKeyDictionary()
 
 
-_plan = None
-
-# {GPU shared variable: context name}, held weakly: ``_held``, those on a
-# context that no plan places (random generators' states, which Theano
-# makes on its default context), counted where they live; ``_placed``, the
-# copies of the weights and optimizer state the plans placed.
-_held = weakref.WeakKeyDictionary()
-_placed = weakref.WeakKeyDictionary()
+def plans():
+    """This session's Plans."""
+    return current_session().part(Plans)
 
 
 def nbytes(variable):
@@ -54,16 +53,17 @@ def nbytes(variable):
 def hold(variables, mesh):
     """Count those of ``variables`` that are shared variables on a context
     (GPU arrays) where they live, unless a plan placed them."""
+    counted = plans()
     for variable in variables:
         if (isinstance(getattr(variable, 'type', None), GpuArrayType)
-                and hasattr(variable, 'get_value') and variable not in _placed):
-            _held[variable] = context_of(variable, mesh)
+                and hasattr(variable, 'get_value') and variable not in counted.placed):
+            counted.held[variable] = context_of(variable, mesh)
 
 
 def place(variable, name, mesh):
     """Place PlacedVariable ``variable`` on context ``name``, and count it."""
     variable.place(mesh.graph_name(name))
-    _placed[variable.placed] = name
+    plans().placed[variable.placed] = name
 
 
 def _bytes_by_context(where, mesh, variables):
@@ -76,9 +76,9 @@ def _bytes_by_context(where, mesh, variables):
 
 
 def _collect_if_all(variables):
-    """Before counting all the process holds: a dead model's weights,
-    waiting for Python's cycle collector, would otherwise count or not
-    depending on when it last ran, and the same script would place its
+    """Before counting all the session holds: a dead model's weights and
+    layers, waiting for Python's cycle collector, would otherwise count or
+    not depending on when it last ran, and the same script would place its
     weights differently from run to run."""
     if variables is None:
         gc.collect()
@@ -87,7 +87,7 @@ def _collect_if_all(variables):
 def held_bytes(mesh):
     """{context name: bytes of what ``hold`` counted there}."""
     _collect_if_all(None)
-    return _bytes_by_context(_held, mesh, None)
+    return _bytes_by_context(plans().held, mesh, None)
 
 
 def planned_bytes(mesh, variables=None):
@@ -95,15 +95,33 @@ def planned_bytes(mesh, variables=None):
     optimizer state they placed and what ``hold`` counted, all of them or
     those among ``variables`` (e.g. what a compiled function reads)."""
     _collect_if_all(variables)
-    found = _bytes_by_context(_placed, mesh, variables)
-    for name, n in _bytes_by_context(_held, mesh, variables).items():
+    counted = plans()
+    found = _bytes_by_context(counted.placed, mesh, variables)
+    for name, n in _bytes_by_context(counted.held, mesh, variables).items():
         found[name] = found.get(name, 0) + n
     return found
 
 
 def current_plan():
-    """The process's Plan, or None before the first layer-wise call."""
-    return _plan
+    """The Plan made last while one of its layers lives, or None."""
+    return plans().layers.latest()
+
+
+def layer_context(layer):
+    """The context name of ``layer`` (a Keras layer, as LayerCall.layer),
+    or None where no plan has it."""
+    return plans().layers.context_of(layer)
+
+
+def layer_needs(layer):
+    """The planner.LayerNeeds counted for ``layer``, or None."""
+    return plans().layers.needs_of(layer)
+
+
+def function_plan(calls, batch_rows):
+    """A planner.Plan of the layers of ``calls`` (LayerCalls, planned),
+    e.g. those one function computes, for its report."""
+    return plans().layers.plan_for([c.layer for c in calls], batch_rows)
 
 
 def _activation_bytes(call, batch_rows):
@@ -118,68 +136,71 @@ def _activation_bytes(call, batch_rows):
 
 
 def budgets_of(mesh, given_only=False):
-    """{context name: bytes the plan may use, or None when unknown}: from
-    multigpu.device_memory, else the device's free memory (which excludes
-    what is allocated already), unless ``given_only``."""
+    """{context name: bytes the plan may use}: from multigpu.device_memory,
+    else the device's free memory (which excludes what is allocated
+    already) shared by the names on the device.  ConfigurationError
+    (``planner.budgets``) names a context with neither.  With
+    ``given_only``: {context name: bytes, or None} from
+    multigpu.device_memory alone."""
     given = parse_device_memory(theano.config.multigpu.device_memory)
-    sharing = {}
-    for name in mesh.names:
-        sharing[mesh.devices[name]] = sharing.get(mesh.devices[name], 0) + 1
-    budgets = {}
-    for name in mesh.names:
-        budget = given.get(name, given.get(None))
-        if budget is None and not given_only:
-            try:
-                free = get_context(mesh.graph_name(name)).free_gmem
-                budget = int(free) // sharing[mesh.devices[name]]
-            except Exception:   # the device does not tell (OpenCL may not)
-                budget = None
-        budgets[name] = budget
-    return budgets
+    if given_only:
+        return dict((name, given.get(name, given.get(None))) for name in mesh.names)
+    return planner.budgets(mesh.names, mesh.devices, given,
+                           lambda name: free_memory(get_context(mesh.graph_name(name))))
+
+
+def _units(new):
+    """[LayerNeeds] of the layers of ``new`` (LayerCalls of layers not
+    planned), in order, and {LayerNeeds name: layer}: one unit per layer
+    object (a layer called twice is one), named by the layer, and by
+    ``name#k`` where another layer of the plan has its name."""
+    by_layer, order, layers = {}, [], {}
+    for call in new:
+        if id(call.layer) not in by_layer:
+            name = call.name
+            if name in layers:
+                name = '%s#%d' % (name, len(order))
+            by_layer[id(call.layer)] = planner.LayerNeeds(name)
+            order.append(by_layer[id(call.layer)])
+            layers[name] = call.layer
+    return by_layer, order, layers
 
 
 def plan_layers(calls, owners, mesh, batch_rows, others=()):
-    """Plan the layers of ``calls`` (layer-wise LayerCalls; those not
-    planned yet) into the process's Plan, making it if there is none.
-    ``owners``: {id(state): (state, weight)}, optimizer state counted with
-    its weight; ``others``: the function's other shared variables, counted
-    where they live (see ``hold``).  Raises PlanError when they do not fit."""
-    global _plan
+    """Plan the layers of ``calls`` (layer-wise LayerCalls) that no plan
+    has, as a Plan of their own.  Each context's budget is charged with the
+    layers alive that earlier plans put there.  ``owners``: {id(state):
+    (state, weight)}, optimizer state counted with its weight; ``others``:
+    the function's other shared variables, counted where they live (see
+    ``hold``).  Raises PlanError when they do not fit."""
+    counted = plans()
     hold(others, mesh)
-    known = _plan.contexts if _plan is not None else {}
-    new = [c for c in calls if c.name not in known]
+    new = [c for c in calls if not counted.layers.planned(c.layer)]
     if not new:
         return
-    by_layer, order = {}, []
+    by_layer, order, layers = _units(new)
     for call in new:
-        if call.name not in by_layer:
-            by_layer[call.name] = planner.LayerNeeds(call.name)
-            order.append(by_layer[call.name])
-        by_layer[call.name].activations += _activation_bytes(call, batch_rows)
+        by_layer[id(call.layer)].activations += _activation_bytes(call, batch_rows)
     claimed = {}
     for call in new:
         for variable in call.variables:
             if id(variable) not in claimed and variable.placed is None:
-                claimed[id(variable)] = call.name
-                by_layer[call.name].weights += variable.nbytes
+                claimed[id(variable)] = by_layer[id(call.layer)]
+                claimed[id(variable)].weights += variable.nbytes
     for state, weight in owners.values():
         if id(state) not in claimed and id(weight) in claimed and state.placed is None:
-            by_layer[claimed[id(weight)]].state += state.nbytes
+            claimed[id(weight)].state += state.nbytes
     budgets, given = budgets_of(mesh), budgets_of(mesh, given_only=True)
-    held = held_bytes(mesh)
-    for name in mesh.names:   # what earlier plans and others use is not available
-        if budgets[name] is not None:
-            if given[name] is not None:   # a device's free memory excludes them
-                budgets[name] -= held.get(name, 0)
-            if _plan is not None:
-                budgets[name] -= sum(n.total for n in _plan.needs_on(name))
+    held = held_bytes(mesh)   # collects the dead layers, for ``bytes_on``
+    alive = counted.layers.bytes_on(mesh.names)
+    for name in mesh.names:   # what other layers and variables use is not available
+        if given[name] is not None:   # a device's free memory excludes them
+            budgets[name] -= held.get(name, 0)
+        budgets[name] -= alive.get(name, 0)
     layer_map = parse_layer_map(theano.config.multigpu.layer_map)
     if layer_map:
         contexts = planner.mapped([n.name for n in order], layer_map, mesh.names, mesh.names[0])
     else:
         contexts = planner.balanced(order, mesh.names, budgets)
     planner.check_fits(order, contexts, mesh.names, budgets, batch_rows)
-    if _plan is None:
-        _plan = Plan({}, [], budgets, batch_rows)
-    _plan.contexts.update(contexts)
-    _plan.needs.extend(order)
+    counted.layers.add(planner.Plan(order, contexts, budgets, batch_rows), layers)

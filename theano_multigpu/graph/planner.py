@@ -6,15 +6,17 @@ each layer's or weight's needs in bytes (weights, optimizer state,
 activations at the batch size), each context's budget, and either the
 balanced plan (layers: contiguous groups along the layers' topological
 order; weights: any grouping; the largest share of a budget as small as it
-can be) or an explicit map by layer-name patterns.
+can be) or an explicit map by layer-name patterns; and the layer-wise plans
+of the layers alive (``LayerPlans``), keyed by the layer objects.
 """
 import fnmatch
+import weakref
 
 from ..config.flags import format_bytes
-from ..errors import PlanError
+from ..errors import ConfigurationError, PlanError
 
-__all__ = ['LayerNeeds', 'balanced', 'mapped', 'check_fits', 'owners_balanced',
-           'check_shards_fit']
+__all__ = ['LayerNeeds', 'Plan', 'LayerPlans', 'budgets', 'balanced', 'mapped',
+           'check_fits', 'owners_balanced', 'check_shards_fit']
 
 
 class LayerNeeds(object):
@@ -33,6 +35,131 @@ class LayerNeeds(object):
     def __repr__(self):
         return 'LayerNeeds(%r, weights=%d, state=%d, activations=%d)' % (
             self.name, self.weights, self.state, self.activations)
+
+
+class Plan(object):
+    """Where the layers of one plan live, and what the planner counted."""
+
+    def __init__(self, needs, contexts, budgets, batch_rows):
+        self.needs = needs              # [LayerNeeds] in topological order
+        self.contexts = contexts        # {LayerNeeds name: context name}
+        self.budgets = budgets          # {context name: bytes}
+        self.batch_rows = batch_rows
+
+    def needs_on(self, name):
+        """The LayerNeeds of the layers on context ``name``."""
+        return [n for n in self.needs if self.contexts[n.name] == name]
+
+
+class LayerPlans(object):
+    """The plans of the layers alive: each layer's Plan and LayerNeeds,
+    keyed by the layer object, held weakly, so that a layer's entry goes
+    with it.  A layer is planned once; another layer of the same name is
+    another layer."""
+
+    def __init__(self):
+        self._of = weakref.WeakKeyDictionary()   # {layer: (Plan, LayerNeeds)}
+        self._latest = None                      # weakref to the latest Plan
+
+    def add(self, plan, layers):
+        """Record ``plan`` for ``layers`` ({LayerNeeds name: layer object})."""
+        by_name = dict((n.name, n) for n in plan.needs)
+        for name, layer in layers.items():
+            self._of[layer] = (plan, by_name[name])
+        self._latest = weakref.ref(plan)
+
+    def planned(self, layer):
+        return layer in self._of
+
+    def context_of(self, layer):
+        """The context of ``layer``, or None where no plan has it."""
+        if layer not in self._of:
+            return None
+        plan, needs = self._of[layer]
+        return plan.contexts[needs.name]
+
+    def needs_of(self, layer):
+        """The LayerNeeds counted for ``layer``, or None."""
+        return self._of[layer][1] if layer in self._of else None
+
+    def bytes_on(self, names):
+        """{context name: bytes the plans count there for the layers
+        alive}."""
+        found = dict((name, 0) for name in names)
+        for plan, needs in list(self._of.values()):
+            where = plan.contexts[needs.name]
+            found[where] = found.get(where, 0) + needs.total
+        return found
+
+    def latest(self):
+        """The Plan made last, while one of its layers is alive, or None."""
+        plan = self._latest() if self._latest is not None else None
+        if plan is not None and any(p is plan for p, _ in list(self._of.values())):
+            return plan
+        return None
+
+    def plan_for(self, layers, batch_rows):
+        """A Plan of ``layers`` (planned, from one plan or several, in the
+        order given), e.g. those one function computes."""
+        needs, contexts, seen = [], {}, set()
+        for layer in layers:
+            if id(layer) in seen:
+                continue
+            seen.add(id(layer))
+            plan, need = self._of[layer]
+            name = need.name if need.name not in contexts else '%s#%d' % (need.name, len(needs))
+            needs.append(LayerNeeds(name, need.weights, need.state, need.activations))
+            contexts[name] = plan.contexts[need.name]
+        return Plan(needs, contexts, None, batch_rows)
+
+
+def _missing_budgets(missing, given, devices=None):
+    """ConfigurationError naming the contexts without a budget (``missing``)
+    and the setting that gives one."""
+    where = ', '.join('%s (%s)' % (name, devices[name]) if devices else name
+                      for name in missing)
+    if given:
+        gave = 'multigpu.device_memory gives budgets for %s only' % ', '.join(
+            sorted('every context' if name is None else name for name in given))
+    else:
+        gave = 'multigpu.device_memory is unset'
+    example = ';'.join('%s->64MiB' % name for name in missing)
+    return ConfigurationError(
+        'the plan expects a memory budget for every context, but has none for %s: '
+        'the device\'s driver reports no free memory and %s. Set '
+        "multigpu.device_memory, e.g. '%s', or '64MiB' for every context"
+        % (where, gave, example))
+
+
+def budgets(names, devices, given, free_memory):
+    """{context name: bytes the plan may use}: from ``given`` (multigpu.
+    device_memory parsed: {name or None (every context): bytes}), else the
+    free memory of its device (``free_memory(name)``: bytes, or None where
+    the driver has no figure) shared evenly by the names on that device
+    (``devices``: {name: device}).  Raises ConfigurationError naming the
+    contexts left without a budget."""
+    sharing = {}
+    for name in names:
+        sharing[devices[name]] = sharing.get(devices[name], 0) + 1
+    found, missing = {}, []
+    for name in names:
+        budget = given.get(name, given.get(None))
+        if budget is None:
+            free = free_memory(name)
+            if free is None:
+                missing.append(name)
+                continue
+            budget = int(free) // sharing[devices[name]]
+        found[name] = budget
+    if missing:
+        raise _missing_budgets(missing, given, devices)
+    return found
+
+
+def _require_budgets(names, budgets):
+    missing = [name for name in names if budgets.get(name) is None]
+    if missing:
+        raise _missing_budgets(missing, {})
 
 
 def _shares(budgets, names):
@@ -112,12 +239,13 @@ def mapped(layer_names, layer_map, names, default):
 
 def check_fits(needs, plan, names, budgets, batch_rows):
     """Raise PlanError, with the bytes needed and available per context,
-    when a context's layers need more than its budget."""
+    when a context's layers need more than its budget (ConfigurationError
+    where a context has no budget)."""
+    _require_budgets(names, budgets)
     per_context = dict((name, 0) for name in names)
     for n in needs:
         per_context[plan[n.name]] += n.total
-    over = [name for name in names
-            if budgets.get(name) is not None and per_context[name] > budgets[name]]
+    over = [name for name in names if per_context[name] > budgets[name]]
     if not over:
         return
     total = sum(n.total for n in needs)
@@ -159,7 +287,9 @@ def check_shards_fit(needs, owners, names, budgets, loads, weights_elsewhere=Non
     every weight it does not own: those of ``needs``, and
     ``weights_elsewhere`` ({context: bytes of the weights placed before,
     on other contexts, that the function reads}).  Gradients and
-    activations are not counted."""
+    activations are not counted.  ConfigurationError where a context has
+    no budget."""
+    _require_budgets(names, budgets)
     weights = sum(n.weights for n in needs)
     elsewhere = weights_elsewhere or {}
     per_context = {}
@@ -168,14 +298,12 @@ def check_shards_fit(needs, owners, names, budgets, loads, weights_elsewhere=Non
         per_context[name] = (loads.get(name, 0) + sum(n.total for n in owned)
                              + weights - sum(n.weights for n in owned)
                              + elsewhere.get(name, 0))
-    over = [name for name in names
-            if budgets.get(name) is not None and per_context[name] > budgets[name]]
+    over = [name for name in names if per_context[name] > budgets[name]]
     if not over:
         return
     largest = max(needs, key=lambda n: n.total)
     lines = ['%s: needs %s, has %s' % (
-        name, format_bytes(per_context[name]),
-        'an unknown amount' if budgets.get(name) is None else format_bytes(budgets[name]))
+        name, format_bytes(per_context[name]), format_bytes(budgets[name]))
         for name in names]
     raise PlanError(
         'sharded batch-wise mode expects each context to hold the weights it owns, '

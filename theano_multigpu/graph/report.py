@@ -1,7 +1,7 @@
 """The placement report: per context, its rows of the batch (batch-wise)
 or its layers (layer-wise), the bytes it holds (and those its plan counted
 there: layer-wise, and sharded batch-wise), the bytes copied in and out by
-one call (measured by ``transfer.bytes_moved``) and its heavy ops,
+one call (measured by ``transfer.bytes_moved()``) and its heavy ops,
 read from the compiled graph.
 """
 import sys
@@ -12,7 +12,7 @@ from ..config.flags import format_bytes
 from . import transfer
 from .batchwise import names_in_order
 from .placement import context_of, heavy_op_counts
-from .plan import current_plan, nbytes, planned_bytes
+from .plan import nbytes, planned_bytes
 from .rows import slice_bounds
 from .transfer import HOST
 from .whole_batch import purpose_of
@@ -89,11 +89,11 @@ class FirstCallReport(object):
         if self._reported:
             return self._keras_function(inputs)
         function = self._keras_function.function
-        before, copied_before = dict(transfer.bytes_moved), copied_for(function)
+        before, copied_before = dict(transfer.bytes_moved()), copied_for(function)
         outputs = self._keras_function(inputs)
         self._reported = True
         batch_rows = len(inputs[0]) if inputs and getattr(inputs[0], 'ndim', 0) else 0
-        moved = {key: n - before.get(key, 0) for key, n in transfer.bytes_moved.items()}
+        moved = {key: n - before.get(key, 0) for key, n in transfer.bytes_moved().items()}
         copied = {key: n - copied_before.get(key, 0) for key, n in copied_for(function).items()}
         text = report(function, self._mesh, self._title, batch_rows, moved, self._split,
                       copied)
@@ -118,12 +118,13 @@ def copied_for(theano_function):
 def report(theano_function, mesh, title, batch_rows, moved, split=None, copied=None):
     """The placement report of a compiled function after a call with
     ``batch_rows`` rows that moved ``moved`` ({(source, dest): bytes});
-    ``split`` (batch-wise): which layers ran where; ``copied``: {purpose:
-    bytes} copied by the call for each purpose (``copied_for``)."""
+    ``split``: batch-wise, which layers ran where; layer-wise, the
+    planner.Plan of the function's layers; ``copied``: {purpose: bytes}
+    copied by the call for each purpose (``copied_for``)."""
     if mesh.mode == 'layer':
         return format_report('%s (* master; activations estimated for the plan\'s '
                              'batch; bytes moved by this call)' % title,
-                             _layer_rows(theano_function, mesh, moved), LAYER_COLUMNS)
+                             _layer_rows(theano_function, mesh, moved, split), LAYER_COLUMNS)
     heavy = heavy_op_counts(theano_function.maker.fgraph, mesh)
     resident = resident_bytes(theano_function, mesh)
     planned = planned_bytes(mesh, _shared_read(theano_function)) if mesh.sharded else {}
@@ -168,12 +169,12 @@ def _split_lines(split, mesh, copied):
     return '\n'.join(lines)
 
 
-def _layer_rows(theano_function, mesh, moved):
-    """Per context: its layers, resident and activation bytes, bytes moved."""
+def _layer_rows(theano_function, mesh, moved, plan):
+    """Per context: its layers (of ``plan``, the function's), resident and
+    activation bytes, bytes moved."""
     heavy = heavy_op_counts(theano_function.maker.fgraph, mesh)
     resident = resident_bytes(theano_function, mesh)
     planned = planned_bytes(mesh, _shared_read(theano_function))
-    plan = current_plan()
     rows = []
     for name in mesh.names + ([HOST] if HOST in heavy else []):
         graph_names = (name, None) if name == mesh.master else (name,)

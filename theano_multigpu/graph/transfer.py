@@ -15,8 +15,9 @@ from theano.gpuarray.basic_ops import HostFromGpu, as_gpuarray_variable, host_fr
 from theano.gpuarray.type import GpuArrayType, get_context
 
 from ..compat.optimizers import register_optimizer
+from ..config.session import current_session
 
-__all__ = ['HOST', 'ToContext', 'to_context', 'on_context', 'bytes_moved']
+__all__ = ['HOST', 'ToContext', 'to_context', 'on_context', 'BytesMoved', 'bytes_moved']
 
 # The host, wherever a place is named: a replica without a context, a
 # value computed on the host, a report's row.  Theano's own name for it
@@ -24,15 +25,21 @@ __all__ = ['HOST', 'ToContext', 'to_context', 'on_context', 'bytes_moved']
 # refuses it), unlike None, Theano's default context.
 HOST = 'cpu'
 
-# {(source, destination): bytes} copied by ToContext since the process
-# started; source is a context name or HOST.  The placement report reads
-# it around a call: what moved, measured, not estimated.
-bytes_moved = {}
+
+class BytesMoved(dict):
+    """{(source, destination): bytes} copied by ToContext in a session;
+    source is a context name or HOST.  The placement report reads it around
+    a call: what moved, measured, not estimated."""
+
+    def count(self, source, destination, array):
+        key = (source, destination)
+        self[key] = self.get(key, 0) + int(array.size) * array.dtype.itemsize
 
 
-def _count(source, destination, array):
-    key = (source, destination)
-    bytes_moved[key] = bytes_moved.get(key, 0) + int(array.size) * array.dtype.itemsize
+def bytes_moved():
+    """This session's BytesMoved (copy it to compare before and after a
+    call)."""
+    return current_session().part(BytesMoved)
 
 
 class ToContext(gof.Op):
@@ -79,7 +86,7 @@ class ToContext(gof.Op):
         else:
             outputs[0][0] = pygpu.gpuarray.array(x, context=context)
             source = HOST
-        _count(source, self.context_name, x)
+        bytes_moved().count(source, self.context_name, x)
         self.copied += int(x.size) * x.dtype.itemsize
 
     def grad(self, inputs, output_grads):

@@ -183,7 +183,8 @@ def _compile_batchwise(keras_function, inputs, outputs, updates, kwargs, mesh, t
 def _checked(compiled, mesh, title, split=None):
     """``compiled`` (a Keras Function) with its placement checked, and
     reported at its first call if multigpu.report is set (``split``: what
-    a batch-wise function computes where)."""
+    a batch-wise function computes where; layer-wise, the Plan of its
+    layers)."""
     import theano
     from ..graph import placement, report
     placement.check(compiled.function, mesh, theano.config.multigpu.check, title)
@@ -204,14 +205,14 @@ def _layerwise_function(keras_function, inputs, outputs, updates, kwargs, mesh, 
 
     def compile_for(batch_rows, idle=False):
         placed_outputs = None if mpi is None else set()
-        new_outputs, new_updates = layerwise.rewrite(inputs, outputs, updates, mesh,
-                                                     batch_rows, keras_graph.layer_calls,
-                                                     placed_outputs)
+        new_outputs, new_updates, plan = layerwise.rewrite(
+            inputs, outputs, updates, mesh, batch_rows, keras_graph.layer_calls,
+            placed_outputs)
         if mpi is not None:
             new_outputs, new_updates = _across_ranks(inputs, new_outputs, new_updates,
                                                      placed_outputs, mpi, idle, title)
         compiled = keras_function(inputs, new_outputs, updates=new_updates, **kwargs)
-        return _checked(compiled, mesh, title)
+        return _checked(compiled, mesh, title, plan)
     return layerwise.LayerwiseFunction(compile_for, None if mpi is None else mpi[0])
 
 

@@ -35,7 +35,7 @@ def layer_calls(roots):
             if key not in found:
                 node = layer.inbound_nodes[key[1]]
                 found[key] = LayerCall(
-                    layer.name, node.input_tensors, node.output_tensors,
+                    layer, layer.name, node.input_tensors, node.output_tensors,
                     [getattr(t, '_keras_shape', None) or (None,) * t.ndim
                      for t in node.output_tensors])
     return list(found.values())
