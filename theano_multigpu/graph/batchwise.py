@@ -32,7 +32,7 @@ from .transfer import HOST, on_context
 from .whole_batch import (WholeBatch, join_on_master, moved, purpose_of, rows_back, rows_first,
                           rows_of)
 
-__all__ = ['LocalGather', 'find_frontier', 'rewrite', 'Split', 'SplitFunction', 'names_in_order']
+__all__ = ['LocalGather', 'find_frontier', 'rewrite', 'Split', 'names_in_order']
 
 _SHARD_OFF = ', and set multigpu.shard=False to train meanwhile'
 
@@ -435,39 +435,3 @@ def _synchronise_batchnorm(node, master, contexts, replicas, join):
         scale_here, bias_here = replica([scale, bias])
         replica.add(node.outputs[0], (piece - moved(mean, master, context))
                     * (scale_here * moved(invstd, master, context)) + bias_here)
-
-
-class SplitFunction(object):
-    """A Keras backend Function over all contexts, and over fewer for a
-    batch with fewer rows than contexts (compiled when first needed), so
-    that no context computes on an empty slice: BLAS libraries refuse
-    zero-row products (CLBlast does) and there is nothing to gain.  Under
-    MPI (``ranks`` = (rank, size)) every rank with rows computes on as many
-    contexts as the smallest share that is not empty has rows: the ranks'
-    graphs, and so the order of their collectives, are alike.
-
-    ``compile_for(mesh, idle=False)`` returns the Keras Function for
-    ``mesh`` (``idle``: for an MPI rank whose share of the batch is empty).
-    """
-
-    def __init__(self, compile_for, mesh, ranks=None):
-        self._compile_for = compile_for
-        self._mesh = mesh
-        self._ranks = ranks
-        self._by_count = {mesh.size: compile_for(mesh)}
-
-    def __call__(self, inputs):
-        rows = next((len(x) for x in inputs if getattr(x, 'ndim', 0) >= 1), self._mesh.size)
-        if self._ranks is not None:
-            shares = [stop - start for start, stop in slice_bounds(rows, self._ranks[1])]
-            rows = min(share for share in shares if share) if shares[self._ranks[0]] else 0
-        count = min(rows, self._mesh.size) if self._ranks else max(1, min(rows, self._mesh.size))
-        if count not in self._by_count:
-            # count 0: an MPI rank without rows (idle, see the MPI gather)
-            self._by_count[count] = self._compile_for(self._mesh.first(max(count, 1)),
-                                                      idle=count == 0)
-        return self._by_count[count](inputs)
-
-    def __getattr__(self, name):
-        """``function`` and the rest: the all-contexts Function's."""
-        return getattr(self._by_count[self._mesh.size], name)

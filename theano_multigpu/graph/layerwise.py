@@ -19,12 +19,11 @@ from theano import gof
 from .gradients import real_gradients, rewritten_stand_ins, stand_ins_in
 from .placed import (PlacedVariable, check_no_placeholder, optimizer_state_owners,
                      placed_replacements, value_holder)
-from .plan import current_plan, function_plan, layer_context, place, plan_layers
+from .plan import function_plan, layer_context, place, plan_layers
 from .replace import replaced
-from .rows import slice_bounds
 from .transfer import on_context
 
-__all__ = ['LayerCall', 'rewrite', 'LayerwiseFunction']
+__all__ = ['LayerCall', 'rewrite']
 
 
 class LayerCall(object):
@@ -158,39 +157,3 @@ def rewrite(inputs, outputs, updates, mesh, batch_rows, layer_calls, placed_outp
     new_updates = [(value_holder(variable), new)
                    for (variable, _), new in zip(updates, new_roots[len(outputs):])]
     return new_roots[:len(outputs)], new_updates, function_plan(calls, batch_rows)
-
-
-class LayerwiseFunction(object):
-    """A Keras backend Function compiled at its first call, when the batch
-    size the plan counts activations with is known.  Under MPI (``ranks``
-    = (rank, size)) the rows counted are the largest rank's share, and a
-    rank without rows (fewer rows than ranks) has a function of its own.
-
-    ``compile_for(batch_rows, idle=False)`` returns the Keras Function.
-    """
-
-    def __init__(self, compile_for, ranks=None):
-        self._compile_for = compile_for
-        self._ranks = ranks
-        self._compiled = {}   # idle: the Function
-
-    def __call__(self, inputs):
-        rows = next((len(x) for x in inputs if getattr(x, 'ndim', 0) >= 1), 1)
-        idle = False
-        if self._ranks is not None:
-            # Every rank plans with the largest share: the same plan.
-            shares = [stop - start for start, stop in slice_bounds(rows, self._ranks[1])]
-            rows, idle = max(shares), shares[self._ranks[0]] == 0
-        if idle not in self._compiled:
-            self._compiled[idle] = self._compile_for(max(rows, 1), idle)
-        return self._compiled[idle](inputs)
-
-    def __getattr__(self, name):
-        """``function`` and the rest: the compiled Function's (compiling it,
-        with the latest plan's batch size, if it was never called)."""
-        if name.startswith('_'):
-            raise AttributeError(name)
-        if False not in self._compiled:
-            plan = current_plan()
-            self._compiled[False] = self._compile_for(plan.batch_rows if plan else 1)
-        return getattr(self._compiled[False], name)

@@ -4,8 +4,6 @@ there: layer-wise, and sharded batch-wise), the bytes copied in and out by
 one call (measured by ``transfer.bytes_moved()``) and its heavy ops,
 read from the compiled graph.
 """
-import sys
-
 from theano.compile import SharedVariable
 
 from ..config.flags import format_bytes
@@ -17,7 +15,7 @@ from .rows import slice_bounds
 from .transfer import HOST
 from .whole_batch import purpose_of
 
-__all__ = ['resident_bytes', 'format_report', 'report', 'FirstCallReport', 'copied_for']
+__all__ = ['resident_bytes', 'format_report', 'report', 'copied_for']
 
 
 def _shared_read(theano_function):
@@ -71,37 +69,6 @@ def format_report(title, rows, columns=BATCH_COLUMNS):
              line([header for header, _, _ in columns])]
     lines += [line([_cell(row, key) for _, key, _ in columns]) for row in rows]
     return '\n'.join(lines)
-
-
-class FirstCallReport(object):
-    """A Keras backend Function that prints its placement report after its
-    first call, when the batch size and the bytes moved are known."""
-
-    def __init__(self, keras_function, mesh, title, stream=None, split=None):
-        self._keras_function = keras_function
-        self._mesh = mesh
-        self._title = title
-        self._stream = stream
-        self._split = split
-        self._reported = False
-
-    def __call__(self, inputs):
-        if self._reported:
-            return self._keras_function(inputs)
-        function = self._keras_function.function
-        before, copied_before = dict(transfer.bytes_moved()), copied_for(function)
-        outputs = self._keras_function(inputs)
-        self._reported = True
-        batch_rows = len(inputs[0]) if inputs and getattr(inputs[0], 'ndim', 0) else 0
-        moved = {key: n - before.get(key, 0) for key, n in transfer.bytes_moved().items()}
-        copied = {key: n - copied_before.get(key, 0) for key, n in copied_for(function).items()}
-        text = report(function, self._mesh, self._title, batch_rows, moved, self._split,
-                      copied)
-        (self._stream or sys.stderr).write(text + '\n')
-        return outputs
-
-    def __getattr__(self, name):
-        return getattr(self._keras_function, name)
 
 
 def copied_for(theano_function):

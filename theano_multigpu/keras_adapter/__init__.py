@@ -8,6 +8,9 @@ functions call each other through module globals: ``K.zeros`` reaches
 
 - this module: the entries Keras calls, and ``install``;
 - ``functions``: compiling one ``K.function`` in each mode;
+- ``calls``: the wrappers between Keras and a compiled Function (a batch
+  split over fewer contexts, compiling layer-wise at the first call, the
+  report, MPI's first steps), and the rows a call is handed;
 - ``keras_graph``: what Keras's graphs say (which layer made a tensor), read
   from Keras's internals, for the graph machinery below;
 - ``rank_zero``: under MPI, rank 0 alone prints and writes files.
@@ -22,7 +25,7 @@ import numpy as np
 from ..config import mesh as mesh_module
 from ..config.mpi_environment import launched_by_mpi
 from ..patch_targets import Attributes, replace
-from . import functions, keras_graph   # neither imports the graph layer at import
+from . import calls, functions, keras_graph   # none imports the graph layer at import
 
 __all__ = ['TAKEN_OVER', 'install', 'stock']
 
@@ -69,7 +72,7 @@ def function(inputs, outputs, updates=[], **kwargs):
     if isinstance(outputs, (list, tuple)):
         return functions.compile_function(stock['function'], inputs, outputs, updates,
                                           kwargs, title)
-    return functions.SingleOutput(functions.compile_function(
+    return calls.SingleOutput(functions.compile_function(
         stock['function'], inputs, [outputs], updates, kwargs, title))
 
 

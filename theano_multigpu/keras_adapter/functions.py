@@ -10,8 +10,9 @@ gpuarray backend, and a plain run without pygpu must not.
 from ..config import mesh as mesh_module
 from ..config.mpi_environment import launched_by_mpi
 from ..errors import ConfigurationError
+from . import calls
 
-__all__ = ['compile_function', 'SingleOutput', 'mpi_ranks', 'function_title']
+__all__ = ['compile_function', 'mpi_ranks', 'function_title']
 
 
 def compile_function(keras_function, inputs, outputs, updates, kwargs, title):
@@ -26,7 +27,7 @@ def compile_function(keras_function, inputs, outputs, updates, kwargs, title):
         mpi = None if ranks is None else (ranks, _agreed(outputs, updates, title))
         layerwise = _layerwise_function(keras_function, list(inputs), list(outputs), updates,
                                         kwargs, mesh, title, mpi)
-        return layerwise if ranks is None else FirstStepsWithoutLimit(layerwise)
+        return layerwise if ranks is None else calls.FirstStepsWithoutLimit(layerwise)
     if mesh.mode != 'batch' and ranks is None:
         if mesh.graph_name(mesh.master) is not None:
             _steer_to(inputs, mesh.graph_name(mesh.master))
@@ -48,53 +49,14 @@ def compile_function(keras_function, inputs, outputs, updates, kwargs, title):
     def compile_for(mesh, idle=False):
         return _compile_batchwise(keras_function, list(inputs), list(outputs), updates,
                                   kwargs, mesh, title, mpi, idle)
-    split = batchwise.SplitFunction(compile_for, mesh, ranks)
+    split = calls.SplitFunction(compile_for, mesh, ranks)
     if ranks is None:
         return split
     # Ranks compile for different times (caches of their own): all of them
     # agreed to compile it, so wait for them without a limit.
     from ..mpi import world
     world.wait_for_every_rank(title, float('inf'))
-    return FirstStepsWithoutLimit(split)
-
-
-class FirstStepsWithoutLimit(object):
-    """Under MPI, a function (a SplitFunction or LayerwiseFunction) whose
-    first call at each batch size waits for the other ranks without a time
-    limit: a rank may first compile a function for its share of rows of
-    that size (or build a kernel or Scan's loop at its first call) while
-    the others wait in the step."""
-
-    def __init__(self, split):
-        self._split = split
-        self._sizes_seen = set()
-
-    def __call__(self, inputs):
-        rows = next((len(x) for x in inputs if getattr(x, 'ndim', 0) >= 1), 0)
-        if rows in self._sizes_seen:
-            return self._split(inputs)
-        from ..mpi import world
-        with world.without_limit():
-            result = self._split(inputs)
-        self._sizes_seen.add(rows)
-        return result
-
-    def __getattr__(self, name):
-        return getattr(self._split, name)
-
-
-class SingleOutput(object):
-    """A Keras Function compiled for ``[output]``, called as one compiled
-    for ``output``: a call returns the array, not a list of one."""
-
-    def __init__(self, keras_function):
-        self._keras_function = keras_function
-
-    def __call__(self, inputs):
-        return self._keras_function(inputs)[0]
-
-    def __getattr__(self, name):
-        return getattr(self._keras_function, name)
+    return calls.FirstStepsWithoutLimit(split)
 
 
 def mpi_ranks(mesh):
@@ -189,7 +151,7 @@ def _checked(compiled, mesh, title, split=None):
     from ..graph import placement, report
     placement.check(compiled.function, mesh, theano.config.multigpu.check, title)
     if theano.config.multigpu.report:
-        compiled = report.FirstCallReport(compiled, mesh, title, split=split)
+        compiled = calls.FirstCallReport(compiled, mesh, title, split=split)
     return compiled
 
 
@@ -213,7 +175,7 @@ def _layerwise_function(keras_function, inputs, outputs, updates, kwargs, mesh, 
                                                      placed_outputs, mpi, idle, title)
         compiled = keras_function(inputs, new_outputs, updates=new_updates, **kwargs)
         return _checked(compiled, mesh, title, plan)
-    return layerwise.LayerwiseFunction(compile_for, None if mpi is None else mpi[0])
+    return calls.LayerwiseFunction(compile_for, None if mpi is None else mpi[0])
 
 
 def _across_ranks(inputs, outputs, updates, placed_outputs, mpi, idle, title):

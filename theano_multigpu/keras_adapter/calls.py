@@ -1,0 +1,186 @@
+"""What stands between Keras and a compiled Function: each wrapper is
+called as Keras calls a Function (``f(inputs)``) and gives the wrapped
+Function's attributes (``function`` and the rest), and has one job:
+
+- ``SplitFunction``: batch-wise, one Function per number of contexts a
+  batch fills;
+- ``LayerwiseFunction``: layer-wise, compiled at its first call, whose
+  batch size the plan counts;
+- ``FirstCallReport``: prints the placement report after the first call;
+- ``FirstStepsWithoutLimit``: under MPI, the first call at each batch size
+  waits for the other ranks without a time limit;
+- ``SingleOutput``: a Function of ``[output]`` called as one of ``output``.
+
+``call_rows`` is the one reading of the rows a call is handed.  The graph
+layer is imported where a wrapper needs it: it imports Theano's gpuarray
+backend, and a plain run without pygpu must not.
+"""
+import sys
+
+__all__ = ['call_rows', 'SplitFunction', 'LayerwiseFunction', 'FirstCallReport',
+           'FirstStepsWithoutLimit', 'SingleOutput']
+
+
+def call_rows(inputs):
+    """The rows of the batch a Function is handed: the length of its first
+    input that has rows, or None where none has (a call of scalars)."""
+    return next((len(x) for x in inputs if getattr(x, 'ndim', 0) >= 1), None)
+
+
+def _shares(rows, ranks):
+    """Each of the ``ranks`` = (rank, size)'s number of rows of ``rows``."""
+    from ..graph.rows import slice_bounds
+    return [stop - start for start, stop in slice_bounds(rows, ranks[1])]
+
+
+class _Wrapper(object):
+    """Gives the attributes of the Function ``_wrapped()`` returns."""
+
+    def __getattr__(self, name):
+        if name.startswith('_'):
+            raise AttributeError(name)
+        return getattr(self._wrapped(), name)
+
+
+class SplitFunction(_Wrapper):
+    """A Keras backend Function over all contexts, and over fewer for a
+    batch with fewer rows than contexts (compiled when first needed), so
+    that no context computes on an empty slice: BLAS libraries refuse
+    zero-row products (CLBlast does) and there is nothing to gain.  Under
+    MPI (``ranks`` = (rank, size)) every rank with rows computes on as many
+    contexts as the smallest share that is not empty has rows: the ranks'
+    graphs, and so the order of their collectives, are alike.  A call
+    without rows runs on all contexts.
+
+    ``compile_for(mesh, idle=False)`` returns the Keras Function for
+    ``mesh`` (``idle``: for an MPI rank whose share of the batch is empty).
+    """
+
+    def __init__(self, compile_for, mesh, ranks=None):
+        self._compile_for = compile_for
+        self._mesh = mesh
+        self._ranks = ranks
+        self._by_count = {mesh.size: compile_for(mesh)}
+
+    def __call__(self, inputs):
+        rows = call_rows(inputs)
+        rows = self._mesh.size if rows is None else rows
+        if self._ranks is not None:
+            shares = _shares(rows, self._ranks)
+            rows = min(share for share in shares if share) if shares[self._ranks[0]] else 0
+        count = min(rows, self._mesh.size) if self._ranks else max(1, min(rows, self._mesh.size))
+        if count not in self._by_count:
+            # count 0: an MPI rank without rows (idle, see the MPI gather)
+            self._by_count[count] = self._compile_for(self._mesh.first(max(count, 1)),
+                                                      idle=count == 0)
+        return self._by_count[count](inputs)
+
+    def _wrapped(self):
+        return self._by_count[self._mesh.size]
+
+
+class LayerwiseFunction(_Wrapper):
+    """A Keras backend Function compiled at its first call, when the batch
+    size the plan counts activations with is known (1 row for a call
+    without rows).  Under MPI (``ranks`` = (rank, size)) the rows counted
+    are the largest rank's share, and a rank without rows (fewer rows than
+    ranks) has a function of its own.
+
+    ``compile_for(batch_rows, idle=False)`` returns the Keras Function.
+    """
+
+    def __init__(self, compile_for, ranks=None):
+        self._compile_for = compile_for
+        self._ranks = ranks
+        self._compiled = {}   # idle: the Function
+
+    def __call__(self, inputs):
+        rows = call_rows(inputs) or 1
+        idle = False
+        if self._ranks is not None:
+            # Every rank plans with the largest share: the same plan.
+            shares = _shares(rows, self._ranks)
+            rows, idle = max(shares), shares[self._ranks[0]] == 0
+        if idle not in self._compiled:
+            self._compiled[idle] = self._compile_for(max(rows, 1), idle)
+        return self._compiled[idle](inputs)
+
+    def _wrapped(self):
+        """The Function of a rank with rows (compiled with the latest plan's
+        batch size, if it was never called)."""
+        if False not in self._compiled:
+            from ..graph.plan import current_plan
+            plan = current_plan()
+            self._compiled[False] = self._compile_for(plan.batch_rows if plan else 1)
+        return self._compiled[False]
+
+
+class FirstCallReport(_Wrapper):
+    """A Keras backend Function that prints its placement report after its
+    first call, when the batch size and the bytes moved are known."""
+
+    def __init__(self, keras_function, mesh, title, stream=None, split=None):
+        self._keras_function = keras_function
+        self._mesh = mesh
+        self._title = title
+        self._stream = stream
+        self._split = split
+        self._reported = False
+
+    def __call__(self, inputs):
+        if self._reported:
+            return self._keras_function(inputs)
+        from ..graph import report, transfer
+        function = self._keras_function.function
+        before, copied_before = dict(transfer.bytes_moved()), report.copied_for(function)
+        outputs = self._keras_function(inputs)
+        self._reported = True
+        moved = {key: n - before.get(key, 0) for key, n in transfer.bytes_moved().items()}
+        copied = {key: n - copied_before.get(key, 0)
+                  for key, n in report.copied_for(function).items()}
+        text = report.report(function, self._mesh, self._title, call_rows(inputs) or 0, moved,
+                             self._split, copied)
+        (self._stream or sys.stderr).write(text + '\n')
+        return outputs
+
+    def _wrapped(self):
+        return self._keras_function
+
+
+class FirstStepsWithoutLimit(_Wrapper):
+    """Under MPI, a function (a SplitFunction or LayerwiseFunction) whose
+    first call at each batch size waits for the other ranks without a time
+    limit: a rank may first compile a function for its share of rows of
+    that size (or build a kernel or Scan's loop at its first call) while
+    the others wait in the step."""
+
+    def __init__(self, split):
+        self._split = split
+        self._sizes_seen = set()
+
+    def __call__(self, inputs):
+        rows = call_rows(inputs)
+        if rows in self._sizes_seen:
+            return self._split(inputs)
+        from ..mpi import world
+        with world.without_limit():
+            result = self._split(inputs)
+        self._sizes_seen.add(rows)
+        return result
+
+    def _wrapped(self):
+        return self._split
+
+
+class SingleOutput(_Wrapper):
+    """A Keras Function compiled for ``[output]``, called as one compiled
+    for ``output``: a call returns the array, not a list of one."""
+
+    def __init__(self, keras_function):
+        self._keras_function = keras_function
+
+    def __call__(self, inputs):
+        return self._keras_function(inputs)[0]
+
+    def _wrapped(self):
+        return self._keras_function
