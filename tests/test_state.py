@@ -1,7 +1,7 @@
 """State that belongs to a model, not to the process: the session's owner
 and its reset (in this process), and two models with the same layer names
-in one process, each planned on its own (one child Python, two pocl
-contexts, layer-wise)."""
+in one process, each planned on its own, then the session reset (one child
+Python, two pocl contexts, layer-wise)."""
 import json
 
 from conftest import TWO, needs_pocl, run_python
@@ -62,8 +62,18 @@ CHILD = '''
     small_layer = weakref.ref(small.layers[0])
     del small
     gc.collect()
+    large_alone = layers.bytes_on(mesh.current().names)
+    # A reset session forgets the plans and the bytes moved, and reads the
+    # mesh again as start-up found it (the master Theano's default context).
+    from theano_multigpu.config.session import current_session
+    started = mesh.current()
+    current_session().reset()
+    reset = {'new mesh': mesh.current() is not started,
+             'default is master': [started.default_is_master, mesh.current().default_is_master],
+             'plans': plan.plans().layers.bytes_on(mesh.current().names),
+             'moved': len(transfer.bytes_moved())}
     print('RESULT ' + json.dumps({'small': small_result, 'large': large_result, 'both': both,
-                                  'large alone': layers.bytes_on(mesh.current().names),
+                                  'large alone': large_alone, 'reset': reset,
                                   'small gone': small_layer() is None}))
 '''
 
@@ -105,5 +115,7 @@ def test_two_models_with_the_same_layer_names_each_get_a_plan_and_bytes_of_their
     assert out['both'] == dict((name, alone[name] + sum(
         n for n, c in zip(small['needs'], small['contexts']) if c == name)) for name in alone)
     assert out['small gone']
+    assert out['reset'] == {'new mesh': True, 'default is master': [True, True],
+                            'plans': {'dev0': 0, 'dev1': 0}, 'moved': 0}
     assert _report_layers(result.stderr) == [{'dev0': 'h1', 'dev1': 'h2, h3, out'},
                                              {'dev0': 'h1, h2', 'dev1': 'h3, out'}]
