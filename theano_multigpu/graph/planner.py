@@ -156,10 +156,17 @@ def budgets(names, devices, given, free_memory):
     return found
 
 
-def _require_budgets(names, budgets):
+def _over_budgets(names, per_context, budgets):
+    """(the contexts whose ``per_context`` bytes exceed their budget, a line
+    per context with the bytes needed and available).  Raises
+    ConfigurationError where a context has no budget."""
     missing = [name for name in names if budgets.get(name) is None]
     if missing:
         raise _missing_budgets(missing, {})
+    over = [name for name in names if per_context[name] > budgets[name]]
+    lines = ['%s: needs %s, has %s' % (
+        name, format_bytes(per_context[name]), format_bytes(budgets[name])) for name in names]
+    return over, lines
 
 
 def _shares(budgets, names):
@@ -241,18 +248,14 @@ def check_fits(needs, plan, names, budgets, batch_rows):
     """Raise PlanError, with the bytes needed and available per context,
     when a context's layers need more than its budget (ConfigurationError
     where a context has no budget)."""
-    _require_budgets(names, budgets)
     per_context = dict((name, 0) for name in names)
     for n in needs:
         per_context[plan[n.name]] += n.total
-    over = [name for name in names if per_context[name] > budgets[name]]
+    over, lines = _over_budgets(names, per_context, budgets)
     if not over:
         return
     total = sum(n.total for n in needs)
     largest = max(needs, key=lambda n: n.total)
-    lines = ['%s: needs %s, has %s' % (
-        name, format_bytes(per_context[name]), format_bytes(budgets[name]))
-        for name in names]
     raise PlanError(
         'layer-wise mode expects each context to hold its layers, but %s '
         'do(es) not fit. The model needs %s in all (weights %s, optimizer state %s, '
@@ -289,7 +292,6 @@ def check_shards_fit(needs, owners, names, budgets, loads, weights_elsewhere=Non
     on other contexts, that the function reads}).  Gradients and
     activations are not counted.  ConfigurationError where a context has
     no budget."""
-    _require_budgets(names, budgets)
     weights = sum(n.weights for n in needs)
     elsewhere = weights_elsewhere or {}
     per_context = {}
@@ -298,13 +300,10 @@ def check_shards_fit(needs, owners, names, budgets, loads, weights_elsewhere=Non
         per_context[name] = (loads.get(name, 0) + sum(n.total for n in owned)
                              + weights - sum(n.weights for n in owned)
                              + elsewhere.get(name, 0))
-    over = [name for name in names if per_context[name] > budgets[name]]
+    over, lines = _over_budgets(names, per_context, budgets)
     if not over:
         return
     largest = max(needs, key=lambda n: n.total)
-    lines = ['%s: needs %s, has %s' % (
-        name, format_bytes(per_context[name]), format_bytes(budgets[name]))
-        for name in names]
     raise PlanError(
         'sharded batch-wise mode expects each context to hold the weights it owns, '
         'their optimizer state and, during a step, a copy of every other weight, '
