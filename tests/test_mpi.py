@@ -24,11 +24,16 @@ RTOL, ATOL = 1e-4, 1e-6
 # @9: 4 and 5 rows per rank; @1: rank 0 gets no row at all; vae_symbolic:
 # each rank takes its rows of one draw; stateful_lstm: each rank carries
 # its rows of the states; cnn_bn: statistics of the whole batch;
-# rows_meet@3: ops where the rows meet, over the ranks' 1 and 2 rows.
-CPU_MODELS = ['mlp', 'mlp@9', 'mlp@1', 'deep_mlp', 'cnn', 'cnn_bn', 'vae_symbolic',
+# rows_meet@3: ops where the rows meet, over the ranks' 1 and 2 rows;
+# mlp_l2: an l2 regulariser 1000 times the data term.
+CPU_MODELS = ['mlp', 'mlp@9', 'mlp@1', 'deep_mlp', 'mlp_l2', 'cnn', 'cnn_bn', 'vae_symbolic',
               'stateful_lstm', 'rows_meet@3']
 # Every rank its own leader: gradients summed by MPI Allreduce alone.
 ALLREDUCE_ONLY, ALLREDUCE_ONLY_MODELS = 'multigpu.mpi_shared_memory=False', ['mlp@9', 'cnn']
+# Blocks of two ranks as machines of their own: each sums in shared memory,
+# its leader with the other machines' by MPI Allreduce.
+MACHINES_OF_TWO = 'multigpu.mpi_ranks_per_machine=2'
+MACHINES_MODELS = ['mlp@9', 'mlp_l2', 'cnn_bn']
 
 
 def assert_same_training(one, many, name):
@@ -41,10 +46,12 @@ def assert_same_training(one, many, name):
 @pytest.fixture(scope='module')
 def cpu_runs(tmp_path_factory):
     """One process, and two ranks, on the CPU (and two ranks summing with
-    MPI Allreduce alone)."""
-    return train_models(tmp_path_factory.mktemp('mpi_cpu'), {1: '', 2: '', 'mpi': ALLREDUCE_ONLY},
-                        {1: CPU_MODELS, 2: CPU_MODELS, 'mpi': ALLREDUCE_ONLY_MODELS},
-                        STEPS, BATCH, ranks={2: 2, 'mpi': 2})
+    MPI Allreduce alone, and four ranks as two machines of two)."""
+    return train_models(tmp_path_factory.mktemp('mpi_cpu'),
+                        {1: '', 2: '', 'mpi': ALLREDUCE_ONLY, 'machines': MACHINES_OF_TWO},
+                        {1: CPU_MODELS, 2: CPU_MODELS, 'mpi': ALLREDUCE_ONLY_MODELS,
+                         'machines': MACHINES_MODELS},
+                        STEPS, BATCH, ranks={2: 2, 'mpi': 2, 'machines': 4})
 
 
 @pytest.mark.parametrize('name', CPU_MODELS)
@@ -55,6 +62,20 @@ def test_two_ranks_train_as_one_process(cpu_runs, name):
 @pytest.mark.parametrize('name', ALLREDUCE_ONLY_MODELS)
 def test_two_ranks_summing_with_mpi_allreduce_alone_train_as_one_process(cpu_runs, name):
     assert_same_training(cpu_runs[1], cpu_runs['mpi'], name)
+
+
+@pytest.mark.parametrize('name', MACHINES_MODELS)
+def test_four_ranks_as_two_machines_of_two_train_as_one_process(cpu_runs, name):
+    """Each machine sums its two ranks' gradients in shared memory, its
+    leader sums the machines' by MPI Allreduce: weights, losses and
+    predictions of one process, the same on every rank."""
+    assert_same_training(cpu_runs[1], cpu_runs['machines'], name)
+    rank0 = cpu_runs['machines']
+    for rank in (1, 2, 3):
+        other = cpu_runs[('machines', rank)]
+        for key in sorted(k for k in rank0 if k.startswith(name + '/')
+                          and rank0[k].dtype.kind == 'f'):
+            np.testing.assert_array_equal(other[key], rank0[key], err_msg=(rank, key))
 
 
 @pytest.mark.parametrize('name', CPU_MODELS)
@@ -103,29 +124,35 @@ import numpy as np
 from theano_multigpu.mpi import transport as mpi
 comm, rank, size = mpi.world()
 rng = np.random.RandomState(rank)
-for shapes, dtype in [([(3, 5), (7,), ()], 'float32'), ([(1000, 300)], 'float32'),
-                      ([(11, 2)], 'float64'), ([(2,)], 'float32')]:
-    arrays = [np.asarray(rng.randn(*shape), dtype) for shape in shapes]
+# Whole numbers: their sums are exact in any order.  Each call's sums are
+# known before the calls, which then run back to back, twice over.
+calls = [[np.asarray(rng.randint(-100, 100, shape), dtype) for shape in shapes]
+         for shapes, dtype in [([(3, 5), (7,), ()], 'float32'), ([(1000, 300)], 'float32'),
+                               ([(11, 2)], 'float64'), ([(2,)], 'float32')] * 2]
+expected = [[np.stack(comm.allgather(a)).sum(axis=0) for a in arrays] for arrays in calls]
+for k, (arrays, want) in enumerate(zip(calls, expected)):
     sums = mpi.fused_sum().sum(arrays)
-    expected = [np.stack(comm.allgather(a)).sum(axis=0) for a in arrays]
-    for total, want in zip(sums, expected):
-        assert total.shape == want.shape and total.dtype == want.dtype, (total, want)
-        np.testing.assert_allclose(total, want, rtol=1e-6)
-    everyone = comm.allgather(sums)
-    assert all(np.array_equal(a, b) for other in everyone for a, b in zip(other, sums))
+    for total, w in zip(sums, want):
+        assert total.shape == w.shape and total.dtype == w.dtype, (total, w)
+        assert np.array_equal(total, w), (
+            'rank %d, call %d: the sums differ from the true sums by up to %g'
+            % (rank, k, abs(total - w).max()))
 finished = comm.gather(rank)   # one line, from rank 0: ranks' prints interleave
 if rank == 0:
-    print('ranks ok', finished, flush=True)
+    print('ranks ok', finished, 'machines', mpi.fused_sum().machines, flush=True)
 """
 
 
-@pytest.mark.parametrize('flags', ['', ALLREDUCE_ONLY])
-def test_fused_sum_gives_every_rank_the_sum(home, flags):
-    """Three ranks: arrays of several shapes and dtypes in one buffer
-    (which grows), summed in shared memory or by MPI Allreduce; every rank
-    gets the same sums."""
-    result = run_python(home, FUSED_SUM_SCRIPT, flags=flags, ranks=3, timeout=300)
-    assert 'ranks ok [0, 1, 2]' in result.stdout.splitlines(), result.stdout
+@pytest.mark.parametrize('flags,ranks,machines', [
+    ('', 3, 1), (ALLREDUCE_ONLY, 3, 3), (MACHINES_OF_TWO, 4, 2), (MACHINES_OF_TWO, 3, 2)])
+def test_fused_sum_gives_every_rank_the_sum(home, flags, ranks, machines):
+    """Arrays of several shapes and dtypes in one buffer (which grows),
+    summed in shared memory, by MPI Allreduce, or both (ranks as machines
+    of two, the last of one): every rank gets the sums, call after call
+    (every rank of a machine passes the same barriers, leader or not)."""
+    result = run_python(home, FUSED_SUM_SCRIPT, flags=flags, ranks=ranks, timeout=120)
+    assert 'ranks ok %s machines %d' % (list(range(ranks)), machines) \
+        in result.stdout.splitlines(), result.stdout
 
 
 FIT_SCRIPT = """
@@ -186,6 +213,9 @@ from keras.layers import BatchNormalization, Dense
 from keras.optimizers import SGD, Adam
 rank = int(os.environ['OMPI_COMM_WORLD_RANK'])
 fault = sys.argv[1]
+if fault == 'ranks per machine' and rank == 1:
+    import theano
+    theano.config.multigpu.mpi_ranks_per_machine = '1'
 width = 17 if fault == 'layer size' and rank == 1 else 16
 optimizer = Adam() if fault == 'optimizer' and rank == 1 else SGD()
 model = Sequential([Dense(width, input_dim=8, activation='relu'), BatchNormalization(),
@@ -212,7 +242,11 @@ for step in range(100000):   # rank 0 waits in the collectives for rank 1
     model.train_on_batch(x, y)
 """
 _compiled_faults = []
-FAULT_FLAGS = {'fewer rows': ',multigpu.mpi_check_inputs=False'}
+# A rank killed while the ranks sum as machines of one; three ranks as
+# machines of two and one.
+FAULT_FLAGS = {'fewer rows': ',multigpu.mpi_check_inputs=False',
+               'kill': ',multigpu.mpi_ranks_per_machine=1',
+               'guarded predict': ',' + MACHINES_OF_TWO, 'other targets': ',' + MACHINES_OF_TWO}
 
 
 @pytest.mark.parametrize('fault,ranks,expected', [
@@ -220,6 +254,9 @@ FAULT_FLAGS = {'fewer rows': ',multigpu.mpi_check_inputs=False'}
     ('kill', 2, 'signal 9'),
     ('layer size', 2, 'rank 1 differs from rank 0'),
     ('optimizer', 2, 'rank 1 differs from rank 0'),
+    ('ranks per machine', 2, r"rank 1 differs from rank 0 in Keras's train function: the "
+                             r"settings is .*mpi_ranks_per_machine 0.* on rank 0 and "
+                             r".*mpi_ranks_per_machine 1.* there"),
     # Rank 0 waits in the save, the others in the training step.
     ('guarded save', 2, r"every MPI rank must make the same Keras calls, but rank [01] of 2 "
                         r"waited 3 s \(multigpu.mpi_timeout\) in (save_weights|Keras's train "
@@ -240,14 +277,14 @@ FAULT_FLAGS = {'fewer rows': ',multigpu.mpi_check_inputs=False'}
 ])
 def test_a_failing_rank_ends_every_rank_within_a_minute(home, fault, ranks, expected):
     """Every rank exits non-zero with the fault's error: a rank that raises or
-    dies, models that differ, a Keras call made on one rank alone (the
-    others wait multigpu.mpi_timeout), a rank handed other inputs, other
-    targets (in the test function of a model with batch normalisation,
+    dies, models or settings that differ, a Keras call made on one rank
+    alone (the others wait multigpu.mpi_timeout), a rank handed other
+    inputs, other targets (in the test function of a model with batch normalisation,
     whose statistics it does not gather) or fewer rows (with the inputs'
     check off)."""
     script = home / 'fault.py'
     script.write_text(FAULT_SCRIPT)
-    timed = fault not in ('layer size', 'optimizer')
+    timed = fault not in ('layer size', 'optimizer', 'ranks per machine')
     flags = 'multigpu.mpi_timeout=3' + FAULT_FLAGS.get(fault, '')
     # Compile first, untimed (a cold cache takes minutes): the same model
     # without a fault, once.
@@ -301,9 +338,10 @@ if rank == 0:
 def test_ranks_handed_batches_of_their_own_train_on_their_shares_with_the_check_off(home):
     """multigpu.mpi_check_inputs=False, 3 ranks each handed its own batch
     of 10 rows: training equals training on one batch made of each rank's
-    share of rows (3, 3 and 4) of its own batch, on every rank."""
+    share of rows (3, 3 and 4) of its own batch, on every rank; the ranks
+    as machines of two and one."""
     result = run_python(home, OWN_BATCHES_SCRIPT, ranks=3, timeout=900,
-                        flags='multigpu.mpi_check_inputs=False')
+                        flags='multigpu.mpi_check_inputs=False,' + MACHINES_OF_TWO)
     line = [l for l in result.stdout.splitlines() if l.startswith('results')]
     assert line == ['results %s' % ([([True] * 4, [True] * 4)] * 3)], result.stdout[-2000:]
 

@@ -83,6 +83,15 @@ def build(name, rng, n):
                       metrics=['accuracy'])
         x = rng.rand(n, 8).astype('float32')
         y = np.eye(3)[rng.randint(0, 3, n)].astype('float32')
+    elif name == 'mlp_l2':
+        # An l2 regulariser 1000 times the data term (at the first step):
+        # the gradients are the regulariser's, the data's a small part.
+        from keras.regularizers import l2
+        model = Sequential([Dense(16, input_dim=8, activation='tanh', W_regularizer=l2(165.)),
+                            Dense(3, activation='softmax')])
+        model.compile(loss='categorical_crossentropy', optimizer=SGD(lr=1e-3))
+        x = rng.rand(n, 8).astype('float32')
+        y = np.eye(3)[rng.randint(0, 3, n)].astype('float32')
     elif name == 'residual':
         # Skip connections, as Keras 1 functional scripts write them: each
         # block adds its input to its output (merge 'sum'), and a long skip

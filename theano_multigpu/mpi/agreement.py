@@ -68,10 +68,10 @@ def _settings():
     mesh = mesh_module.current()
     contexts = len(mesh.names)
     return ('multigpu.mpi_timeout %s, multigpu.mpi_check_inputs %s, '
-            'multigpu.mpi_shared_memory %s, multigpu.batchnorm %s, multigpu.mode %s, '
-            '%d contexts'
+            'multigpu.mpi_shared_memory %s, multigpu.mpi_ranks_per_machine %s, '
+            'multigpu.batchnorm %s, multigpu.mode %s, %d contexts'
             % (timeout, multigpu.mpi_check_inputs, multigpu.mpi_shared_memory,
-               multigpu.batchnorm, mesh.mode, contexts))
+               multigpu.mpi_ranks_per_machine, multigpu.batchnorm, mesh.mode, contexts))
 
 
 def _shape(shared_variable):

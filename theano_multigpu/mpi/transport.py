@@ -25,17 +25,30 @@ class FusedSum(object):
     any memory model (a barrier alone is enough on x86, not everywhere).
     Between machines, one rank per machine
     (its leader) sums slot 0 with MPI Allreduce.  With ``shared_memory``
-    off every rank is its own leader: MPI Allreduce alone.  Its
+    off every rank is its own leader: MPI Allreduce alone.  With
+    ``ranks_per_machine`` N > 0 each block of N consecutive ranks of a
+    machine sums as a machine of its own.  Its
     collectives block: a step sums after its gather (``AllGatherRows``),
     which waits within multigpu.mpi_timeout and shows every rank runs it.
     """
 
-    def __init__(self, comm, shared_memory=True):
+    def __init__(self, comm, shared_memory=True, ranks_per_machine=0):
         from mpi4py import MPI
-        self.node = comm.Split_type(MPI.COMM_TYPE_SHARED) if shared_memory else MPI.COMM_SELF
+        if shared_memory:
+            self.node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+            if ranks_per_machine > 0:
+                # Blocks of consecutive ranks within one machine, each summed as
+                # a machine of its own (multigpu.mpi_ranks_per_machine).
+                self.node = self.node.Split(comm.Get_rank() // ranks_per_machine,
+                                            comm.Get_rank())
+        else:
+            self.node = MPI.COMM_SELF
         leaders = comm.Split(0 if self.node.Get_rank() == 0 else MPI.UNDEFINED, comm.Get_rank())
+        # Every rank knows how many machines there are: each rank of a
+        # machine passes the same barriers whatever its role.
+        self.machines = comm.allreduce(int(self.node.Get_rank() == 0), op=MPI.SUM)
         # Only this machine's leader, and only with other machines, joins an Allreduce.
-        self.leaders = leaders if leaders != MPI.COMM_NULL and leaders.Get_size() > 1 else None
+        self.leaders = leaders if leaders != MPI.COMM_NULL and self.machines > 1 else None
         self.window, self.slot_bytes = None, 0
 
     def sum(self, arrays):
@@ -54,9 +67,13 @@ class FusedSum(object):
         total = slots[0][lo:hi]
         for slot in slots[1:]:
             np.add(total, slot[lo:hi], out=total)
-        if self.leaders is not None:
+        if self.machines > 1:
+            # Every rank of the machine: the leader's Allreduce reads slot 0
+            # once every chunk is summed into it, and the others read slot 0
+            # (after the next barrier) once the Allreduce wrote it.
             self._synchronise()
-            self.leaders.Allreduce(MPI.IN_PLACE, slots[0], op=MPI.SUM)
+            if self.leaders is not None:
+                self.leaders.Allreduce(MPI.IN_PLACE, slots[0], op=MPI.SUM)
         self._synchronise()
         sums = [slots[0][start:stop].reshape(a.shape).copy()
                 for a, start, stop in zip(arrays, offsets[:-1], offsets[1:])]
@@ -107,8 +124,11 @@ _fused_sum = None
 
 
 def fused_sum():
-    """This process's FusedSum (multigpu.mpi_shared_memory picks how)."""
+    """This process's FusedSum (multigpu.mpi_shared_memory and
+    multigpu.mpi_ranks_per_machine pick how)."""
     global _fused_sum
     if _fused_sum is None:
-        _fused_sum = FusedSum(world()[0], theano.config.multigpu.mpi_shared_memory)
+        multigpu = theano.config.multigpu
+        _fused_sum = FusedSum(world()[0], multigpu.mpi_shared_memory,
+                              int(multigpu.mpi_ranks_per_machine))
     return _fused_sum
