@@ -12,8 +12,11 @@ and the ops where the rows meet read, which every rank then computes over
 the whole batch for its rows), and ``AllReduceSum`` sums the ranks' weight
 gradients, so the optimizer's updates are identical on every rank too.
 """
+from collections import OrderedDict
+
 import theano
 from theano import gof, tensor
+from theano.gradient import DisconnectedType, disconnected_grad
 
 from ..graph.gradients import by_loss, host_gradient
 from ..graph.replace import replaced
@@ -98,28 +101,58 @@ def sum_over_ranks(tensors, after=()):
 def data_parallel_gradients(stand_ins, replace, wrt=None):
     """{stand-in: gradient of its loss over the whole global batch}.
 
-    ``replace`` rewrites the loss to read the outputs of ``AllGatherRows``.
-    Backward through them, a rank's gradient covers its own rows only:
-    those parts are summed over the ranks.  What the loss reads of a weight
-    directly (a regulariser) is the same on every rank and is added after
-    the sum, not counted once per rank.
+    ``replace`` rewrites the loss to read the outputs of ``AllGatherRows``
+    (the cut).  One backward pass, in two parts: from the loss down to the
+    cut, and to what the loss reads of a weight directly (a regulariser),
+    the same on every rank; then from the cut, its gradients known
+    (``known_grads``), down to the weights.  Through the gathers a rank's
+    gradient covers its own rows only: those parts are summed over the
+    ranks, and the direct parts added after the sum, not counted once per
+    rank.
     """
-    through, direct, order, gathered = [], [], [], []
+    parts, gathered = [], []   # (stand-in, through the cut, direct)
     for loss, group in by_loss(stand_ins).items():
         rewritten = replaced([loss], replace)[0]
         cut = [out for node in gof.graph.io_toposort(gof.graph.inputs([rewritten]), [rewritten])
                if isinstance(node.op, AllGatherRows) for out in node.outputs]
         params = [s.tag.multigpu_gradient.param for s in group]
         params = [wrt(p) for p in params] if wrt else params
-        total = theano.grad(rewritten, params, disconnected_inputs='ignore')
-        own = theano.grad(rewritten, params, consider_constant=cut,
-                          disconnected_inputs='ignore')
-        for stand_in, t, d in zip(group, total, own):
-            t, d = host_gradient(t), host_gradient(d)
-            through.append(t - d)
-            direct.append(d)
-            order.append(stand_in)
+        floats = [c for c in cut if c.dtype in tensor.continuous_dtypes]
+        above = theano.grad(rewritten, params + floats, consider_constant=cut,
+                            disconnected_inputs='ignore', return_disconnected='Disconnected')
+        through = _from_the_cut(params, [(c, g) for c, g in zip(floats, above[len(params):])
+                                         if _connected(g)])
+        for stand_in, param, t, d in zip(group, params, through, above):
+            if not (_connected(t) or _connected(d)):
+                d = tensor.zeros_like(param)
+            parts.append((stand_in, host_gradient(t) if _connected(t) else None,
+                          host_gradient(d) if _connected(d) else None))
         gathered += cut
-    summed = sum_over_ranks(through, after=gathered)
-    return dict((s, tensor.as_tensor_variable(g + d))
-                for s, g, d in zip(order, summed, direct))
+    summed = iter(sum_over_ranks([t for _, t, _ in parts if t is not None], after=gathered))
+    gradients = {}
+    for stand_in, t, d in parts:
+        total = next(summed) if t is not None else None
+        gradients[stand_in] = tensor.as_tensor_variable(
+            d if total is None else total if d is None else total + d)
+    return gradients
+
+
+def _from_the_cut(params, known):
+    """The gradients of ``params`` from the cut's outputs, whose gradients
+    ``known`` lists ((output, gradient)): Theano's ``known_grads``.  A known
+    gradient is the whole gradient of its variable, so an output that
+    another gather reads (below it) has its own part entered as the
+    gradient of a product with it instead, added to what comes from above."""
+    if not known:
+        return [None] * len(params)
+    below = set(gof.graph.ancestors([i for c, _ in known for i in c.owner.inputs]))
+    nested = [(c, g) for c, g in known if c in below]
+    terms = [(c * disconnected_grad(g)).sum() for c, g in nested]
+    cost = sum(terms[1:], terms[0]) if terms else None
+    return theano.grad(cost, params, known_grads=OrderedDict(
+                           (c, g) for c, g in known if c not in below),
+                       disconnected_inputs='ignore', return_disconnected='Disconnected')
+
+
+def _connected(gradient):
+    return gradient is not None and not isinstance(gradient.type, DisconnectedType)
