@@ -155,6 +155,41 @@ def test_fused_sum_gives_every_rank_the_sum(home, flags, ranks, machines):
         in result.stdout.splitlines(), result.stdout
 
 
+def test_gradients_through_gathers_of_which_one_reads_another(home):
+    """The loss reads a gather's output both directly and through another
+    gather (a statistic's, below the loss's): its gradient from the loss
+    is added to what comes down through the other gather, not fixed by
+    it.  One rank: the gathers join its rows alone, and the gradients
+    equal those of the graph without them."""
+    result = run_python(home, """
+        import numpy as np
+        import theano
+        from theano import tensor as T
+        from theano_multigpu.graph.gradients import gradient_stand_ins
+        from theano_multigpu.mpi import data_parallel
+        x = T.matrix('x')
+        W = theano.shared(np.random.RandomState(0).randn(4, 3).astype('float32'))
+        V = theano.shared(np.random.RandomState(1).randn(3, 3).astype('float32'))
+
+        def loss(gather):
+            statistic = gather(T.tanh(T.dot(x, W)), False, 0)
+            joined = gather(T.tanh(T.dot(statistic, V)) + statistic, True, 1)
+            return (joined ** 2).sum() + (3 * statistic).sum() + 0.1 * (W ** 2).sum()
+
+        def gather(v, replicated, index):
+            return data_parallel.all_gather_rows([v], [x.shape[0]], replicated,
+                                                 index=index)[0]
+        stand_ins = gradient_stand_ins(loss(gather), [W, V])
+        grads = data_parallel.data_parallel_gradients(stand_ins, {})
+        f = theano.function([x], [grads[s] for s in stand_ins]
+                            + theano.grad(loss(lambda v, replicated, index: v), [W, V]))
+        got_w, got_v, want_w, want_v = f(np.random.RandomState(2).rand(5, 4).astype('float32'))
+        print('same', np.allclose(got_w, want_w, rtol=1e-5, atol=1e-6),
+              np.allclose(got_v, want_v, rtol=1e-5, atol=1e-6), flush=True)
+    """, ranks=1, timeout=300)
+    assert 'same True True' in result.stdout.splitlines(), result.stdout[-2000:]
+
+
 FIT_SCRIPT = """
 import os, sys
 import numpy as np
