@@ -118,13 +118,14 @@ def pocl_caches_side_by_side(slots):
 def _merge_tree(source, target):
     """Hard-link (or copy) into ``target`` the files of ``source`` it lacks.
     Another process may merge into ``target`` at once: a file appears whole
-    (a link, or a copy renamed into place) and the first one stays."""
+    (a link, or a copy linked into place) and the first one stays; copies
+    still being written (``.partial``) are not merged."""
     for root, _, files in os.walk(source):
         into = os.path.join(target, os.path.relpath(root, source))
         os.makedirs(into, exist_ok=True)
         for name in files:
             source_file, target_file = os.path.join(root, name), os.path.join(into, name)
-            if os.path.exists(target_file):
+            if name.endswith('.partial') or os.path.exists(target_file):
                 continue
             try:
                 os.link(source_file, target_file)
@@ -133,7 +134,12 @@ def _merge_tree(source, target):
             except OSError:
                 partial = '%s.%d.partial' % (target_file, os.getpid())
                 shutil.copy2(source_file, partial)
-                os.replace(partial, target_file)
+                try:
+                    os.link(partial, target_file)
+                except FileExistsError:
+                    pass
+                finally:
+                    os.unlink(partial)
 
 
 def median(values):

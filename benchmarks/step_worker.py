@@ -43,12 +43,12 @@ RANK = int(os.environ.get('OMPI_COMM_WORLD_RANK', '0'))
 def placement_of(model):
     """{'resident': {context: bytes}, 'planned': {context: bytes}}."""
     from theano_multigpu.config import mesh
-    from theano_multigpu.graph import plan as layerwise, report as placement
+    from theano_multigpu.graph import plan, report as placement
     model = getattr(model, 'model', model)
     current = mesh.current()
     resident = placement.resident_bytes(model.train_function.function, current)
-    planned = dict((name, int(sum(layerwise.layer_needs(layer).total for layer in model.layers
-                                  if layerwise.layer_context(layer) == name)))
+    planned = dict((name, int(sum(plan.layer_needs(layer).total for layer in model.layers
+                                  if plan.layer_context(layer) == name)))
                    for name in current.names)
     return {'resident': dict((name, int(resident.get(name, 0))) for name in current.names),
             'planned': planned}

@@ -65,9 +65,16 @@ def run_side_by_side(keys, run, ranks=None, at_once=None):
     slot (``side_by_side``; one per rank for keys in ``ranks``)."""
     keys = list(keys)
     slots, caches = side_by_side(keys, ranks)
-    with caches, ThreadPoolExecutor(at_once or len(keys)) as pool:
-        futures = dict((key, pool.submit(run, key, slots[key])) for key in keys)
-        return dict((key, future.result()) for key, future in futures.items())
+    with caches:
+        pool = ThreadPoolExecutor(at_once or max(len(keys), 1))
+        try:
+            futures = dict((key, pool.submit(run, key, slots[key])) for key in keys)
+            return dict((key, future.result()) for key, future in futures.items())
+        finally:
+            # After a child failed, the children not yet started never start;
+            # those running finish (or end by their timeouts) before their
+            # caches are merged.
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 def train_models(base, flags, models, steps, batch, ranks=None):

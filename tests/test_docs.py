@@ -65,9 +65,9 @@ def _linked_files(path):
 @pytest.mark.parametrize('page', ['README.rst'] + ['docs/%s' % p.name for p in
                                                     sorted(DOCS.glob('*.rst'))])
 def test_linked_files_exist(page):
-    missing = [t for t, resolved in _linked_files(ROOT / page) if not resolved.exists()]
-    assert missing == [], '%s links to files that are not in the repository: %s' % (
-        page, missing)
+    absent = [t for t, resolved in _linked_files(ROOT / page) if not resolved.exists()]
+    assert absent == [], '%s links to files that are not in the repository: %s' % (
+        page, absent)
 
 
 def test_readme_points_to_every_docs_page_and_the_results():

@@ -313,7 +313,7 @@ def layer_placement(model):
     if os.environ.get('KERAS_BACKEND') != 'theano_multigpu':
         return None
     from theano_multigpu.config import mesh
-    from theano_multigpu.graph import plan as layerwise
+    from theano_multigpu.graph import plan
     if mesh.current().mode != 'layer':
         return None
     master = mesh.current().master
@@ -325,7 +325,7 @@ def layer_placement(model):
 
     contexts, errors = [], []
     for layer in model.layers:
-        context = layerwise.layer_context(layer)
+        context = plan.layer_context(layer)
         if context is None:
             continue   # an InputLayer: no ops of its own
         contexts.append(context)

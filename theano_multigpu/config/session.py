@@ -5,9 +5,10 @@ A Session holds the mesh (read from theano.config at its first use, see
 state the upper layers keep, each as a part made at its first use
 (``part``): the layer-wise plans and the shared variables the plans counted
 (``graph.plan.Plans``), the bytes the transfers copied
-(``graph.transfer.BytesMoved``).  ``reset()`` returns it to what a new
+(``graph.transfer.BytesMoved``).  ``reset()`` returns these to what a new
 process starts with; what Theano itself registered (its contexts, its
-compiled functions) stays.
+compiled functions) and the MPI layer's state (the communicators, the
+shared-memory window, the functions the ranks agreed on) stay.
 
 Imports nothing: every layer may keep its state here.
 """

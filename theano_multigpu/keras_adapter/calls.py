@@ -50,7 +50,7 @@ class SplitFunction(_Wrapper):
     MPI (``ranks`` = (rank, size)) every rank with rows computes on as many
     contexts as the smallest share that is not empty has rows: the ranks'
     graphs, and so the order of their collectives, are alike.  A call
-    without rows runs on all contexts.
+    without rows counts as one of as many rows as contexts.
 
     ``compile_for(mesh, idle=False)`` returns the Keras Function for
     ``mesh`` (``idle``: for an MPI rank whose share of the batch is empty).
