@@ -21,7 +21,7 @@ test: setup
 	.venv/bin/lint-imports
 	$(PYTHON) -m pytest -p no:cacheprovider --durations=25 -n $(TEST_WORKERS) --dist loadfile \
 	    --no-loadscope-reorder \
-	    --timeout 1800 tests $(PYTEST_ARGS)
+	    --timeout 3600 tests $(PYTEST_ARGS)
 
 # Keras 1.2.2's layers, objectives, metrics, activations, optimizers,
 # constraints, regularizers and backend functions on the CPU, one context,

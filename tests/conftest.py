@@ -90,7 +90,7 @@ def train_models(base, flags, models, steps, batch, ranks=None):
         home = base / ('home_%s' % key)
         home.mkdir()
         out = str(home / 'out_{rank}.npz')
-        run_python(home, flags=flags[key], timeout=2700, ranks=ranks.get(key), slot=slot,
+        run_python(home, flags=flags[key], timeout=3600, ranks=ranks.get(key), slot=slot,
                    args=[os.path.join(CHILDREN, 'train_models.py'), out, str(steps),
                          str(batch)] + list(models[key]))
         return [dict(np.load(out.replace('{rank}', str(r)))) for r in range(ranks.get(key, 1))]

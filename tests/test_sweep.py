@@ -52,7 +52,7 @@ def swept(tmp_path_factory):
         home = base / key.replace(' ', '_')
         home.mkdir()
         out = str(home / 'out.npz')
-        result = run_python(home, flags=flags, slot=slot, timeout=2400,
+        result = run_python(home, flags=flags, slot=slot, timeout=3600,
                             extra_env={'PYTHONPATH': KERAS_101} if keras_101 else None,
                             args=[os.path.join(CHILDREN, 'keras_sweep.py'), out])
         version = '1.0.1' if keras_101 else '1.2.2'

@@ -29,7 +29,7 @@ def fits(tmp_path_factory):
     def fit(key, slot):
         home = base / key
         home.mkdir()
-        run_python(home, flags=CONFIGURATIONS[key], timeout=2700, slot=slot,
+        run_python(home, flags=CONFIGURATIONS[key], timeout=3600, slot=slot,
                    args=[os.path.join(CHILDREN, 'fit_digits.py'), 'train', str(home)])
         return home
 
