@@ -7,16 +7,14 @@ memory); the children are tests/children/train_models.py and short scripts.
 """
 import os
 import re
-import shutil
 import time
 
 import numpy as np
 import pytest
 
-from conftest import ONE, TWO, needs_pocl, run_python, train_models
+from conftest import ONE, TWO, needs_mpirun, needs_pocl, run_python, train_models
 
-pytestmark = pytest.mark.skipif(shutil.which('mpirun') is None,
-                                reason='needs mpirun (Debian openmpi-bin)')
+pytestmark = needs_mpirun
 
 STEPS, BATCH = 5, 10
 RTOL, ATOL = 1e-4, 1e-6
