@@ -120,7 +120,8 @@ def data_parallel_gradients(stand_ins, replace, wrt=None):
         floats = [c for c in cut if c.dtype in tensor.continuous_dtypes]
         above = theano.grad(rewritten, params + floats, consider_constant=cut,
                             disconnected_inputs='ignore', return_disconnected='Disconnected')
-        through = _from_the_cut(params, [(c, g) for c, g in zip(floats, above[len(params):])
+        through = _from_the_cut(params, [(c, _as_partial(c, g))
+                                         for c, g in zip(floats, above[len(params):])
                                          if _connected(g)])
         for stand_in, param, t, d in zip(group, params, through, above):
             if not (_connected(t) or _connected(d)):
@@ -135,6 +136,17 @@ def data_parallel_gradients(stand_ins, replace, wrt=None):
         gradients[stand_in] = tensor.as_tensor_variable(
             d if total is None else total if d is None else total + d)
     return gradients
+
+
+def _as_partial(gathered, gradient):
+    """The loss's own gradient of a gather's output, as that gather's grad
+    takes it.  The loss is computed alike on every rank, so this gradient
+    is the same on every rank; a gather that is not ``replicated`` sums its
+    output's gradient over the ranks (its readers each compute for their
+    own rows), so it is given each rank's equal share of it."""
+    if gathered.owner.op.replicated:
+        return gradient
+    return gradient / world()[2]
 
 
 def _from_the_cut(params, known):
