@@ -191,7 +191,7 @@ SETTINGS = (
              "gradients together in shared memory before one rank of each such "
              "group (a machine) joins MPI Allreduce with the others.  0: all "
              "the ranks of a machine (those MPI finds sharing memory).  N: "
-             "blocks of N consecutive ranks of a machine (rank // N), each "
+             "blocks of N consecutive ranks of a machine (its rank there // N), each "
              "summed as a machine of its own: runs the path between machines "
              "on one (to test a multi-machine job before it runs on several), "
              "or keeps each group within one CPU socket.  The same on every "
@@ -219,7 +219,8 @@ SETTINGS = (
              "still compiling a function, have no limit (a rank may be "
              "compiling).  inf: no limit (MPI's blocking collectives).  Finite "
              "or not, the same on every rank (checked before compiling, with "
-             "mpi_check_inputs, mpi_shared_memory and batchnorm)."),
+             "mpi_check_inputs, mpi_shared_memory, mpi_ranks_per_machine, "
+             "batchnorm, the mode and the number of contexts)."),
     Setting(
         'multigpu.mpi_check_inputs', True, kind='bool',
         summary="under MPI: every step, check that every rank was handed the "

@@ -67,11 +67,14 @@ def _settings():
     # so the order of its collectives.)
     mesh = mesh_module.current()
     contexts = len(mesh.names)
+    # Machines of their own only matter where the ranks share memory.
+    per_machine = (int(multigpu.mpi_ranks_per_machine) if multigpu.mpi_shared_memory
+                   else 'unused')
     return ('multigpu.mpi_timeout %s, multigpu.mpi_check_inputs %s, '
             'multigpu.mpi_shared_memory %s, multigpu.mpi_ranks_per_machine %s, '
             'multigpu.batchnorm %s, multigpu.mode %s, %d contexts'
             % (timeout, multigpu.mpi_check_inputs, multigpu.mpi_shared_memory,
-               multigpu.mpi_ranks_per_machine, multigpu.batchnorm, mesh.mode, contexts))
+               per_machine, multigpu.batchnorm, mesh.mode, contexts))
 
 
 def _shape(shared_variable):

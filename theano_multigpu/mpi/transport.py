@@ -39,7 +39,7 @@ class FusedSum(object):
             if ranks_per_machine > 0:
                 # Blocks of consecutive ranks within one machine, each summed as
                 # a machine of its own (multigpu.mpi_ranks_per_machine).
-                self.node = self.node.Split(comm.Get_rank() // ranks_per_machine,
+                self.node = self.node.Split(self.node.Get_rank() // ranks_per_machine,
                                             comm.Get_rank())
         else:
             self.node = MPI.COMM_SELF
