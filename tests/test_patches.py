@@ -432,6 +432,7 @@ HOOKS = [
     ('compat.theano_fixes', '_fix_scan_on_opencl', (), 'theano.scan_module.scan_op'),
     ('compat.theano_fixes', '_fix_round_on_opencl', (), 'theano.scalar.basic'),
     ('compat.theano_fixes', '_set_blas_ldflags', (), 'theano.configparser'),
+    ('compat.theano_fixes', '_poll_compile_lock_often', (), 'theano.gof.compilelock'),
     ('compat.opencl_contexts', '_fill_zeros_without_memset', (), 'theano.gpuarray.basic_ops'),
     ('compat.shared_views', 'install', (), 'theano.compile.function'),
     ('compat.shared_views', 'install_scan', (), 'theano.scan_module.scan'),

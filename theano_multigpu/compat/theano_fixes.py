@@ -28,6 +28,9 @@ ROUND_C_CODE = SourceDigest(
 ROUND_CACHE_VERSION = Parameters(
     'theano.scalar.basic.RoundHalfToEven.c_code_cache_version', ('self',),
     'wrapped: the portable C code gets a cache key of its own')
+COMPILE_LOCK = Parameters(
+    'theano.gof.compilelock.lock', ('tmp_dir', 'timeout', 'min_wait', 'max_wait', 'verbosity'),
+    'wrapped: a process waiting for the compile lock looks again within 0.2 s')
 REDUCTION_KERNEL = SourceDigest(
     'theano.gpuarray.elemwise.GpuCAReduceCPY.generate_kernel', '0d6d7408c969505f',
     'replaced: a smaller work-group on CPU OpenCL devices')
@@ -68,6 +71,30 @@ def _set_blas_ldflags(configparser):
     except KeyError:
         cxx = 'g++'
     configparser.THEANO_FLAGS_DICT['blas.ldflags'] = default_blas_ldflags(cxx)
+
+
+# How long a process waiting for Theano's compile lock sleeps before it
+# looks again: a random time in this range, in seconds.
+COMPILE_LOCK_POLL = (0.05, 0.2)
+
+
+def _poll_compile_lock_often(compilelock):
+    """Processes that share a compile cache (MPI ranks, a script beside a
+    test) take turns compiling its modules, each under Theano's lock for
+    the second or so one module takes.  A process that finds the lock taken
+    slept compile.wait seconds (5, and at least 1) to twice that before it
+    looked again, so the lock stood free most of the time they waited, one
+    core compiling at most.  A waiter looks again within COMPILE_LOCK_POLL
+    unless its caller asks for other waits."""
+    def polled_often(lock):
+        def lock_polled_often(tmp_dir, timeout=compilelock.notset, min_wait=None,
+                              max_wait=None, verbosity=1):
+            if min_wait is None and max_wait is None:
+                min_wait, max_wait = COMPILE_LOCK_POLL
+            return lock(tmp_dir, timeout=timeout, min_wait=min_wait, max_wait=max_wait,
+                        verbosity=verbosity)
+        return lock_polled_often
+    wrap(COMPILE_LOCK, compilelock, 'lock', polled_often)
 
 
 def _import_ifelse(theano):
@@ -250,6 +277,7 @@ def install():
     importhook.after_import('theano.configparser', _set_blas_ldflags)
     importhook.after_import('theano', _import_ifelse)
     importhook.after_import('theano.gof.op', _fix_cop_cache_version)
+    importhook.after_import('theano.gof.compilelock', _poll_compile_lock_often)
     importhook.after_import('theano.scan_module.scan_op', _fix_scan_on_opencl)
     importhook.after_import('theano.scalar.basic', _fix_round_on_opencl)
     # Scan's pre-generated Cython C file does not compile on Python 3.11
