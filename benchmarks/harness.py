@@ -19,8 +19,9 @@ RESULTS_MD = os.path.join(REPO, 'benchmarks', 'results.md')
 
 # Processes sharing a compile cache take turns compiling (Theano's lock on
 # the cache); one that finds the lock taken sleeps 5 to 10 s by default
-# before it looks again, so children run side by side mostly slept while
-# a module took 2 s to compile.  They look again after 1 to 2 s.
+# before it looks again, while a module takes about a second to compile.
+# Under the shim (or THEANO_MULTIGPU_COMPAT) a waiter looks again within
+# 0.2 s (compat.theano_fixes); plain Theano children after 1 to 2 s.
 COMPILE_WAIT = 'compile.wait=1'
 
 # mpirun for the tests and benchmarks: Open MPI refuses root without the
