@@ -1,11 +1,12 @@
 """Compatibility patches: Theano 1.0.5 and Keras 1.0.1 to 1.2.2 on Python
 3.11 and today's packages (``python_fixes``, ``theano_fixes``,
-``keras_fixes``), Theano's GPU kernels (``gpu_kernels``), BLAS and zero fills
+``keras_fixes``), precompiled headers for Theano's C modules
+(``precompiled_headers``), Theano's GPU kernels (``gpu_kernels``), BLAS and zero fills
 on OpenCL contexts (``opencl_contexts``), and
 Theano's gpuarray backend with several contexts (``gpuarray_fixes``,
 installed once contexts are registered).
 
-Importing this package installs the first five; it edits no installed
+Importing this package installs the first six; it edits no installed
 file.  Each fix acts when its module is first imported (see
 ``theano_multigpu.importhook``), so installing costs almost nothing, and
 each checks its target first (``theano_multigpu.patch_targets``).  Plain
@@ -16,7 +17,8 @@ Graph rewrites of the package are registered through ``optimizers``.
 May import: ``theano_multigpu.config`` and the base modules (``errors``,
 ``importhook``, ``patch_targets``).
 """
-from . import gpu_kernels, keras_fixes, opencl_contexts, python_fixes, theano_fixes
+from . import (gpu_kernels, keras_fixes, opencl_contexts, precompiled_headers, python_fixes,
+               theano_fixes)
 
 __all__ = ['install']
 
@@ -30,6 +32,7 @@ def install():
         return
     python_fixes.install()
     theano_fixes.install()
+    precompiled_headers.install()
     gpu_kernels.install()
     opencl_contexts.install()
     keras_fixes.install()
