@@ -856,3 +856,42 @@ def test_existing_keras_json_is_left_alone(home, config):
     ''')
     assert path.read_text() == mine
     assert out == {'ordering': 'tf', 'epsilon': 1e-05}
+
+
+# 7. Theano's compile cache, shared between processes ----------------------
+
+def test_modules_of_ops_without_parameters_are_versioned_and_built_once(home, tmp_path):
+    """Dot22 and SoftmaxWithBias have ``__props__ == ()``; Theano 1.0.5
+    took that for a missing version and left their C modules unversioned
+    (no key.pkl, deleted at exit), so every process compiled them again.
+    In a fresh compile cache, every module the function needs has a
+    key.pkl, and a second process builds none.  Each child lists the cache
+    before it exits, when Theano deletes the unversioned modules."""
+    code = '''
+        import theano, theano.tensor as T
+        def modules():
+            return dict((name, os.path.exists(os.path.join(theano.config.compiledir, name,
+                                                           'key.pkl')))
+                        for name in os.listdir(theano.config.compiledir)
+                        if name.startswith('tmp'))   # Theano's module directories
+        before = modules()
+        x, y = T.fmatrices('x', 'y')
+        W = theano.shared(np.ones((4, 3), 'float32'))
+        b = theano.shared(np.zeros(3, 'float32'))
+        cost = (T.nnet.softmax(T.dot(x, W) + b) * y).sum()
+        f = theano.function([x, y], [cost] + T.grad(cost, [W, b]))
+        f(np.ones((2, 4), 'float32'), np.eye(3, dtype='float32')[:2])
+        report(ops=sorted(set(type(n.op).__name__ for n in f.maker.fgraph.toposort())),
+               before=before, after=modules())
+    '''
+    flags = 'device=cpu,base_compiledir=' + str(tmp_path / 'theano')
+    first = run(home, 'compat', code, flags=flags)
+    assert {'Dot22', 'SoftmaxWithBias', 'SoftmaxGrad'} <= set(first['ops']), first['ops']
+    assert first['before'] == {}
+    assert first['after'], 'the function compiled no C module'
+    unversioned = sorted(name for name, keyed in first['after'].items() if not keyed)
+    assert unversioned == [], 'modules without key.pkl: %s of %d' % (unversioned,
+                                                                   len(first['after']))
+    second = run(home, 'compat', code, flags=flags)
+    assert second['before'] == first['after']
+    assert second['after'] == second['before'], 'the second process compiled modules again'

@@ -430,9 +430,11 @@ HOOKS = [
     ('compat.gpu_kernels', '_check_kernel_sources', (), 'theano.gpuarray.basic_ops'),
     ('compat.theano_fixes', '_fix_cop_cache_version', (), 'theano.gof.op'),
     ('compat.theano_fixes', '_fix_scan_on_opencl', (), 'theano.scan_module.scan_op'),
+    ('compat.theano_fixes', '_version_ops_without_props', (), 'theano.gof.cc'),
     ('compat.theano_fixes', '_fix_round_on_opencl', (), 'theano.scalar.basic'),
     ('compat.theano_fixes', '_set_blas_ldflags', (), 'theano.configparser'),
     ('compat.theano_fixes', '_poll_compile_lock_often', (), 'theano.gof.compilelock'),
+    ('compat.precompiled_headers', '_wrap_compile_str', (), 'theano.gof.cmodule'),
     ('compat.opencl_contexts', '_fill_zeros_without_memset', (), 'theano.gpuarray.basic_ops'),
     ('compat.shared_views', 'install', (), 'theano.compile.function'),
     ('compat.shared_views', 'install_scan', (), 'theano.scan_module.scan'),
@@ -518,9 +520,9 @@ def test_the_helpers_refuse_an_owner_not_the_targets():
 
 
 def test_edits_of_theanos_code_refuse_code_they_do_not_match():
-    """The patches that edit Theano's code (C kernels, Scan's Python loop)
-    check what they edit, with the same message: no assert, which
-    ``python -O`` would drop."""
+    """The patches that edit Theano's code (C kernels, Scan's Python loop,
+    the compile cache's key) check what they edit, with the same message:
+    no assert, which ``python -O`` would drop."""
     from theano_multigpu.compat import gpu_kernels, theano_fixes
     tries = [
         ('theano.gpuarray.pool.GpuAveragePoolGrad',
@@ -529,6 +531,8 @@ def test_edits_of_theanos_code_refuse_code_they_do_not_match():
             {'support_code': '#define OUTPUT_DIMS(a, b, c, d) 0', 'support_code_struct': ''})),
         ('theano.scan_module.scan_op.Scan.execute',
          lambda: theano_fixes._edited_scan_execute(_wrong_function, {})),
+        ('theano.gof.cc.CLinker.cmodule_key_', lambda: theano_fixes._edited_function(
+            _wrong_function, theano_fixes._CMODULE_KEY_EDITS, {}, theano_fixes.CMODULE_KEY, {})),
     ]
     for target, attempt in tries:
         with pytest.raises(PatchTargetError) as refused:

@@ -22,6 +22,9 @@ COP_CACHE_VERSION = SourceDigest(
 SCAN_EXECUTE = SourceDigest(
     'theano.scan_module.scan_op.Scan.execute', '9319690aa23416f2',
     'its source is edited for OpenCL contexts and compiled again')
+CMODULE_KEY = SourceDigest(
+    'theano.gof.cc.CLinker.cmodule_key_', 'f09f558daa891203',
+    'its source is edited: an op without parameters no longer unversions the cache key')
 ROUND_C_CODE = SourceDigest(
     'theano.scalar.basic.RoundHalfToEven.c_code', 'ebc60583a06f7edc',
     "wrapped: floorf, which OpenCL C lacks, becomes floor")
@@ -119,6 +122,31 @@ def _fix_cop_cache_version(op_module):
     replace(COP_CACHE_VERSION, op_module.COp, 'c_code_cache_version', _stable_cop_cache_version)
 
 
+def _edited_function(function, edits, helpers, expectation, module_globals):
+    """``function`` (``expectation``'s target, as its patch checked it) with
+    ``edits`` made to its source, compiled again with ``module_globals`` (its
+    module's) and ``helpers`` ({name: value}) as enclosing names: nothing is
+    added to Theano's module.  Each edit is (pattern, replacement, matches),
+    made by ``re.subn`` with DOTALL; PatchTargetError when a pattern does not
+    match ``matches`` times."""
+    lines, first_line = inspect.getsourcelines(function)
+    source = textwrap.dedent(''.join(lines))
+    for pattern, replacement, expected in edits:
+        source, found = re.subn(pattern, replacement, source, flags=re.DOTALL)
+        if found != expected:
+            raise refused(expectation.target, expectation.why,
+                          'the pattern %r %d times' % (pattern, expected),
+                          'found it %d times' % found)
+    names = sorted(helpers)
+    enclosed = 'def _with_helpers(%s):\n%s    return %s\n' % (
+        ', '.join(names), textwrap.indent(source, '    '), function.__name__)
+    # Line numbers as in the file (the enclosing def takes the line before).
+    code = compile('\n' * (first_line - 2) + enclosed, inspect.getsourcefile(function), 'exec')
+    namespace = {}
+    exec(code, module_globals, namespace)
+    return namespace['_with_helpers'](*[helpers[name] for name in names])
+
+
 # Edits of Theano 1.0.5's Scan.execute (checked by SCAN_EXECUTE first):
 # (pattern, replacement, matches).  The names they call are _SCAN_HELPERS'.
 _SCAN_EDITS = [
@@ -145,26 +173,8 @@ _SCAN_HELPERS = {'_theano_multigpu_device_address': scan_buffers.device_address,
 
 
 def _edited_scan_execute(execute, scan_op_globals):
-    """``execute`` (Theano 1.0.5's Scan.execute) with _SCAN_EDITS made,
-    compiled again with the globals of its module and _SCAN_HELPERS as
-    enclosing names (nothing is added to Theano's module).
-    PatchTargetError when an edit does not match as often as it should."""
-    lines, first_line = inspect.getsourcelines(execute)
-    source = textwrap.dedent(''.join(lines))
-    for pattern, replacement, expected in _SCAN_EDITS:
-        source, found = re.subn(pattern, replacement, source, flags=re.DOTALL)
-        if found != expected:
-            raise refused(SCAN_EXECUTE.target, SCAN_EXECUTE.why,
-                          'the pattern %r %d times' % (pattern, expected),
-                          'found it %d times' % found)
-    names = sorted(_SCAN_HELPERS)
-    enclosed = 'def _with_helpers(%s):\n%s    return execute\n' % (
-        ', '.join(names), textwrap.indent(source, '    '))
-    # Line numbers as in the file (the enclosing def takes the line before).
-    code = compile('\n' * (first_line - 2) + enclosed, inspect.getsourcefile(execute), 'exec')
-    namespace = {}
-    exec(code, scan_op_globals, namespace)
-    return namespace['_with_helpers'](*[_SCAN_HELPERS[name] for name in names])
+    """``execute`` (Theano 1.0.5's Scan.execute) with _SCAN_EDITS made."""
+    return _edited_function(execute, _SCAN_EDITS, _SCAN_HELPERS, SCAN_EXECUTE, scan_op_globals)
 
 
 def _fix_scan_on_opencl(scan_op_module):
@@ -175,6 +185,33 @@ def _fix_scan_on_opencl(scan_op_module):
     def edited(execute):
         return compiled_scan.scan_execute(_edited_scan_execute(execute, vars(scan_op_module)))
     wrap(SCAN_EXECUTE, scan_op_module.Scan, 'execute', edited)
+
+
+# Edit of Theano 1.0.5's CLinker.cmodule_key_ (checked by CMODULE_KEY first):
+# (pattern, replacement, matches).  The rule: _version_ops_without_props.
+_CMODULE_KEY_EDITS = [
+    (r'version\.append\(node\.op\.__props__\)',
+     "version.append(node.op.__props__ or ('__props__', ()))", 1),
+]
+
+
+def _version_ops_without_props(cc_module):
+    """The version of a C module's cache key holds, per node, the op's
+    ``__props__`` (the names of what its equality compares), and Theano
+    takes any empty part of the version for a missing one: the key is then
+    unversioned, Theano writes no key.pkl, no other process finds the
+    module, and each compiles it again.  But ``__props__ == ()`` is
+    declared, not missing: the op has no parameters, and its type alone
+    tells it apart (Shape, Alloc, ScalarFromTensor, Dot22, Softmax,
+    SoftmaxWithBias, SoftmaxGrad, ...).  So an empty ``__props__`` enters
+    the version as a part that is present (a non-empty one as before: the
+    keys of modules already versioned stay the same), and whether a key is
+    versioned rests on the ops' and types' c_code_cache_version alone.
+    Every caller (cmodule_key, cmodule_key_variables, gpuarray's
+    optimizer, Scan's hash) looks cmodule_key_ up on a CLinker, so setting
+    the class's attribute reaches them all."""
+    wrap(CMODULE_KEY, cc_module.CLinker, 'cmodule_key_', lambda cmodule_key_: _edited_function(
+        cmodule_key_, _CMODULE_KEY_EDITS, {}, CMODULE_KEY, vars(cc_module)))
 
 
 def _fix_round_on_opencl(scalar_module):
@@ -277,6 +314,7 @@ def install():
     importhook.after_import('theano.configparser', _set_blas_ldflags)
     importhook.after_import('theano', _import_ifelse)
     importhook.after_import('theano.gof.op', _fix_cop_cache_version)
+    importhook.after_import('theano.gof.cc', _version_ops_without_props)
     importhook.after_import('theano.gof.compilelock', _poll_compile_lock_often)
     importhook.after_import('theano.scan_module.scan_op', _fix_scan_on_opencl)
     importhook.after_import('theano.scalar.basic', _fix_round_on_opencl)
