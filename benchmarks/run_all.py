@@ -8,6 +8,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import batchnorm  # noqa: E402
 import deep_models  # noqa: E402
 import batchwise  # noqa: E402
+import c_compile  # noqa: E402
 import layerwise  # noqa: E402
 import mpi  # noqa: E402
 import one_context  # noqa: E402
@@ -23,6 +24,7 @@ def main():
     print('machine: %s, %d CPUs, Python %s' % (platform.machine(), os.cpu_count(),
                                                platform.python_version()), flush=True)
     startup.main([])
+    c_compile.main([])
     scan_cost.main([])
     one_context.main([])
     opencl.main([])

@@ -154,7 +154,14 @@ class PrecompiledHeaders(object):
         """Precompile ``block`` with ``flags`` in ``folder``; False (and a
         ``failed`` file that says why) when g++ refuses it."""
         header = os.path.join(folder, HEADER)
-        _write_whole(header, ('\n'.join(block) + '\n').encode('utf8'))
+        text = ('\n'.join(block) + '\n').encode('utf8')
+        try:
+            with open(header, 'rb') as stream:
+                written = stream.read() == text
+        except OSError:
+            written = False
+        if not written:   # a new time would make the .gch look stale
+            _write_whole(header, text)
         handle, built = tempfile.mkstemp(dir=folder, prefix='.tmp-', suffix='.gch')
         os.close(handle)
         rule = built + '.d'
@@ -167,8 +174,10 @@ class PrecompiledHeaders(object):
             with open(rule) as stream:
                 files = [[os.path.abspath(path), _file_stamp(path)]
                          for path in _dependencies(stream.read())]
-            _write_whole(os.path.join(folder, 'files.json'), json.dumps(files).encode('utf8'))
+            # The .gch first: with the files of an older one, a new .gch
+            # looks stale (built again), never the reverse.
             os.replace(built, header + '.gch')
+            _write_whole(os.path.join(folder, 'files.json'), json.dumps(files).encode('utf8'))
             return True
         except OSError as error:
             self.mark_failed(header, '%s\n%s' % (' '.join(command), error))
