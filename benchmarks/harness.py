@@ -8,6 +8,7 @@ HOME of its own and the compile caches under .cache/ shared by all runs.
 import contextlib
 import json
 import os
+import platform
 import shutil
 import sys
 
@@ -160,7 +161,7 @@ def record(figures):
     except (OSError, ValueError):
         known = {}
     for figure in figures:
-        known[figure['name']] = figure
+        known[figure['name']] = dict(figure, machine=figure.get('machine', _machine()))
     entries = [known[name] for name in sorted(known)]
     with open(RESULTS_JSON + '.tmp', 'w') as f:
         json.dump(entries, f, indent=1)
@@ -169,7 +170,7 @@ def record(figures):
     lines = ['# Benchmark results', '',
              'Written by `make bench` (`benchmarks/run_all.py`); every ratio is',
              'measured side by side in one run.  The machine is in each figure\'s',
-             '`machine` field of results.json.', '',
+             '`machine` field of results.json (those measured since it was added).', '',
              '| figure | value | unit | goal | command |',
              '|---|---|---|---|---|']
     for entry in entries:
@@ -178,6 +179,12 @@ def record(figures):
             entry.get('goal', ''), entry['command']))
     with open(RESULTS_MD, 'w') as f:
         f.write('\n'.join(lines) + '\n')
+
+
+def _machine():
+    """'x86_64, 2 CPUs, Python 3.11.2': where a figure was measured."""
+    return '%s, %d CPUs, Python %s' % (platform.machine(), os.cpu_count(),
+                                        platform.python_version())
 
 
 def _format(value):
