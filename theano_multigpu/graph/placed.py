@@ -1,14 +1,19 @@
 """Weights in layer-wise and sharded batch-wise mode: a ``PlacedVariable``
-is a host variable until the plan places it, then a handle on its copy on
-the planned context.
+is a host variable until the plan places it, then a handle on where its
+value lives: one copy on one context (``place``, kept as ``placed``), or
+blocks of rows of its first axis, each a copy on a context of its own
+(``place_blocks``, kept as ``blocks``).  ``is_placed`` tells either.
 
-``get_value``/``set_value`` read and write that copy; the host variable
-keeps only a zero-strided placeholder of its shape (no memory; NaN for
-floats).  Graphs
-read the copy through ``host_view``, the shim's rewrite and any
-``theano.function`` alike (``graph_view``, ``compat.shared_views``).
-Pickled, it carries its value.
+``get_value``/``set_value`` read and write the whole value there (a split
+variable's blocks joined along the first axis); the host variable keeps only
+a zero-strided placeholder of its shape (no memory; NaN for floats).  Graphs
+read the value through ``host_view`` (the copy's host view, or the join of
+the blocks' host views), the shim's rewrite and any ``theano.function``
+alike (``graph_view``, ``compat.shared_views``).  Pickled, it carries its
+whole value.
 """
+import collections
+
 import numpy as np
 import theano
 from theano import gof
@@ -18,26 +23,47 @@ from theano.tensor.sharedvar import TensorSharedVariable
 
 from ..patch_targets import CodeNames
 
-__all__ = ['PlacedVariable', 'new_variable', 'host_view', 'placed_replacements',
-           'value_holder', 'check_no_placeholder', 'optimizer_state_owners']
+__all__ = ['PlacedVariable', 'Block', 'new_variable', 'is_placed', 'host_view',
+           'placed_replacements', 'value_holder', 'check_no_placeholder',
+           'optimizer_state_owners']
 
 # ``place`` drops the functions ``Variable.eval`` keeps in ``_fn_cache``.
 EVAL_CACHE = CodeNames('theano.gof.graph.Variable.eval', ('_fn_cache',),
                        'read: place() drops the functions it keeps there')
 EVAL_CACHE.check(gof.graph.Variable.eval)
 
+# One block of a split variable: rows ``start:stop`` of its first axis,
+# held by the GPU shared variable ``variable`` on graph context ``context``.
+Block = collections.namedtuple('Block', 'context start stop variable')
+
 
 class PlacedVariable(TensorSharedVariable):
-    """A weight in layer-wise or sharded mode (see the module docstring)."""
+    """A weight in layer-wise or sharded mode (see the module docstring).
+    It is placed once, whole or in blocks, never both."""
 
-    placed = None        # the GPU shared variable holding the value, once placed
+    placed = None        # the GPU shared variable holding the whole value, once placed
+    blocks = None        # [Block] in row order, once placed in blocks
 
     def get_value(self, borrow=False, return_internal_type=False):
+        if self.blocks is not None:
+            return np.concatenate([np.asarray(block.variable.get_value(borrow=borrow))
+                                   for block in self.blocks], axis=0)
         if self.placed is None:
             return super(PlacedVariable, self).get_value(borrow, return_internal_type)
         return np.asarray(self.placed.get_value(borrow=borrow))
 
     def set_value(self, value, borrow=False):
+        if self.blocks is not None:
+            value = np.asarray(value, dtype=self.dtype)
+            shape = self.container.storage[0].shape
+            if value.shape != shape:
+                raise ValueError(
+                    'set_value of %s, split into blocks of rows, expects a value of shape %s; '
+                    'received shape %s: pass a value of the variable\'s own shape'
+                    % (self.name, shape, value.shape))
+            for block in self.blocks:
+                block.variable.set_value(value[block.start:block.stop], borrow=borrow)
+            return
         if self.placed is None:
             return super(PlacedVariable, self).set_value(value, borrow)
         self.placed.set_value(np.asarray(value, dtype=self.dtype), borrow=borrow)
@@ -45,29 +71,99 @@ class PlacedVariable(TensorSharedVariable):
     def place(self, context_name):
         """Move the value to ``context_name`` (a graph name); the host
         variable keeps a zero-strided placeholder of the same shape."""
-        value = self.get_value()
+        value = self._value_to_place('place')
         self.placed = gpuarray_shared_constructor(value, name=self.name, target=context_name)
+        self._leave_placeholder(value)
+
+    def place_blocks(self, parts):
+        """Split the value along its first axis: ``parts`` is a list of
+        ``(context graph name, start row, stop row)``, non-empty and in
+        order, that covers rows ``0..n`` of the first axis.  Each part
+        becomes a GPU shared variable on its context holding those rows
+        (``blocks``); ``placed`` stays None; the host variable keeps a
+        zero-strided placeholder of the whole shape."""
+        value = self._value_to_place('place_blocks')
+        parts = _checked_parts(parts, value.shape[0], self.name)
+        self.blocks = [
+            Block(context, start, stop,
+                  gpuarray_shared_constructor(value[start:stop], target=context,
+                                              name='%s[%d:%d]' % (self.name, start, stop)))
+            for context, start, stop in parts]
+        self._leave_placeholder(value)
+
+    def _value_to_place(self, method):
+        if is_placed(self):
+            raise ValueError(
+                '%s(%s): the variable is placed already (%s); a variable is placed once, '
+                'whole or in blocks' % (method, self.name, _where(self)))
+        return self.get_value()
+
+    def _leave_placeholder(self, value):
         # NaN for floats: a function compiled before, which reads the
         # placeholder, shows it rather than plausible zeros.
         fill = np.nan if value.dtype.kind == 'f' else 0
         self.container.storage[0] = np.broadcast_to(np.full((), fill, value.dtype), value.shape)
         # ``W.eval()`` (K.eval) keeps the function it compiled, which read
-        # the host value: compiled again, it reads the copy.
+        # the host value: compiled again, it reads where the value lives.
         self.__dict__.pop('_fn_cache', None)
 
     def graph_view(self):
-        """What a Theano function reads for this variable: the host view of
-        its copy, once placed (``compat.shared_views``)."""
-        return host_view(self) if self.placed is not None else None
+        """What a Theano function reads for this variable once placed
+        (``compat.shared_views``): ``host_view``."""
+        return host_view(self) if is_placed(self) else None
 
     def __reduce__(self):
-        """Pickled with its value (not the placeholder); unpickled unplaced."""
+        """Pickled with its whole value (not the placeholder); unpickled unplaced."""
         return (_unpickle, (self.get_value(), self.name))
 
     @property
     def nbytes(self):
-        value = self.get_value(borrow=True)
-        return int(value.size) * value.dtype.itemsize
+        """The bytes of the value, summed over the blocks of a split one."""
+        if self.blocks is not None:
+            holders = [block.variable for block in self.blocks]
+        elif self.placed is not None:
+            holders = [self.placed]
+        else:
+            return _bytes(super(PlacedVariable, self).get_value(borrow=True))
+        return sum(_bytes(h.get_value(borrow=True, return_internal_type=True)) for h in holders)
+
+
+def _bytes(value):
+    return int(value.size) * value.dtype.itemsize
+
+
+def _where(variable):
+    if variable.blocks is not None:
+        return 'in blocks %s' % ', '.join('%s rows %d:%d' % (b.context, b.start, b.stop)
+                                          for b in variable.blocks)
+    return 'whole on %s' % variable.placed.type.context_name
+
+
+def _checked_parts(parts, rows, name):
+    """``parts`` as (context, int start, int stop) triples; ValueError
+    unless they are non-empty and in order, covering rows 0..``rows``."""
+    expected = ('place_blocks(%s) expects a list of (context, start row, stop row), each '
+                'non-empty, the first starting at row 0, each starting where the one before '
+                'stopped and the last stopping at row %d (the first axis); received %r'
+                % (name, rows, parts))
+    try:
+        triples = [(context, int(start), int(stop)) for context, start, stop in parts]
+    except (TypeError, ValueError):
+        raise ValueError(expected + ': not a list of triples of a name and two rows')
+    if not triples:
+        raise ValueError(expected + ': no parts')
+    at = 0
+    for context, start, stop in triples:
+        if start != at:
+            raise ValueError(expected + ': part %r starts at row %d, not %d (%s)'
+                             % ((context, start, stop), start, at,
+                                'a gap' if start > at else 'an overlap'))
+        if stop <= start:
+            raise ValueError(expected + ': part %r is empty' % ((context, start, stop),))
+        at = stop
+    if at != rows:
+        raise ValueError(expected + ': the parts stop at row %d' % at)
+    return triples
 
 
 def new_variable(value, dtype, name):
@@ -84,26 +180,47 @@ def _unpickle(value, name):
     return new_variable(value, value.dtype, name)
 
 
+def is_placed(variable):
+    """Whether ``variable`` is a PlacedVariable whose value lives on the
+    contexts, whole or in blocks."""
+    return isinstance(variable, PlacedVariable) and (
+        variable.placed is not None or variable.blocks is not None)
+
+
 def host_view(variable):
-    """The host-typed view of a placed variable's copy, one per variable
-    (kept on it: freed with it)."""
+    """The host-typed view of a placed variable's value, one per variable
+    (kept on it: freed with it): its copy's host view, or the join along
+    the first axis of its blocks' host views."""
     view = variable.__dict__.get('_host_view')
     if view is None:
-        view = variable._host_view = host_from_gpu(variable.placed)
+        if variable.blocks is not None:
+            view = theano.tensor.concatenate(
+                [host_from_gpu(block.variable) for block in variable.blocks], axis=0)
+        else:
+            view = host_from_gpu(variable.placed)
+        variable._host_view = view
     return view
 
 
 def placed_replacements(variables):
     """{placed variable: its host view} for those of ``variables`` placed."""
-    return dict((v, host_view(v)) for v in variables
-                if isinstance(v, PlacedVariable) and v.placed is not None)
+    return dict((v, host_view(v)) for v in variables if is_placed(v))
 
 
 def value_holder(variable):
     """What holds ``variable``'s value: a placed variable's copy on its
     context (what gradients are taken with respect to and updates write,
-    not the placeholder); anything else (an input, a scalar) as it is."""
-    if isinstance(variable, PlacedVariable) and variable.placed is not None:
+    not the placeholder); anything else (an input, a scalar) as it is.
+
+    A variable split into blocks has no one holder: each block holds its
+    rows, and a caller takes gradients of and writes updates to the blocks
+    (``variable.blocks``); asked for one holder, it raises ValueError."""
+    if isinstance(variable, PlacedVariable) and variable.blocks is not None:
+        raise ValueError(
+            'value_holder(%s): the variable is split into blocks (%s) and its blocks hold '
+            'the value, not one variable; take gradients of and update each of its '
+            '.blocks[k].variable instead' % (variable.name, _where(variable)))
+    if is_placed(variable):
         return variable.placed
     return variable
 
@@ -111,10 +228,9 @@ def value_holder(variable):
 def check_no_placeholder(roots, rewrite, advice=''):
     """Raise where ``rewrite`` (a name for the message) left a placed
     variable's host handle in the graph of ``roots``: it holds a
-    placeholder, and a gradient with respect to the copy would miss that
-    path."""
-    left = [v for v in gof.graph.inputs(roots)
-            if isinstance(v, PlacedVariable) and v.placed is not None]
+    placeholder, and a gradient with respect to where its value lives
+    would miss that path."""
+    left = [v for v in gof.graph.inputs(roots) if is_placed(v)]
     if left:
         raise RuntimeError(
             '%s left the host handles of %s in the graph, where they hold no values; '
