@@ -1,0 +1,300 @@
+"""Updates of a weight cut into blocks of rows (graph/blocks.py): each
+block's new value, built from that block of the weight, its gradient and
+its optimizer state, is the rows of the whole new value, and reads other
+blocks only through the partial reductions of a value reduced over the rows
+(a global gradient norm, column norms).
+
+Keras 1.2.2's optimizers (SGD with momentum, Nesterov and decay, RMSprop,
+Adagrad, Adadelta, Adam, Adamax, Nadam; clipnorm and clipvalue) and
+constraints (maxnorm over either axis, nonneg, unitnorm) update a 7 x 3
+weight whose gradient is an input, as the shim's gradient stand-ins are;
+a few hand-written updates reduce over the first axis with max,
+min and product, or slice an operand that reads no cut leaf.  The rows are
+cut 4/3, 2/2/2/1 and at random bounds.  Updates that read rows across the
+first axis are refused, naming the op.
+
+Theano reads its flags once, at import: this file runs itself as a child
+Python on the CPU (plain Keras with the compatibility fixes), which builds
+and evaluates the graphs with Theano's Python linker and prints what the
+tests check.
+"""
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import run_python
+
+ROWS, COLUMNS = 7, 3
+BOUNDS = {'4/3': [(0, 4), (4, 7)], '2/2/2/1': [(0, 2), (2, 4), (4, 6), (6, 7)]}
+RANDOM_BOUNDS = 12
+LONG_CHAIN = 1500
+# Keras optimizer, its arguments, the constraint on W (a Keras name and arguments).
+KERAS_CASES = {
+    'sgd_nesterov_decay_nonneg': ('SGD', dict(lr=0.1, momentum=0.9, nesterov=True, decay=0.01),
+                                  ('nonneg', {})),
+    'sgd_momentum_clipnorm': ('SGD', dict(lr=0.1, momentum=0.5, clipnorm=1.0), None),
+    'rmsprop_clipnorm_maxnorm': ('RMSprop', dict(lr=0.01, clipnorm=1.0), ('maxnorm', dict(m=2))),
+    'adagrad_clipvalue_unitnorm': ('Adagrad', dict(lr=0.1, clipvalue=0.5), ('unitnorm', {})),
+    'adadelta_maxnorm_axis1': ('Adadelta', {}, ('maxnorm', dict(m=1.5, axis=1))),
+    'adam_clipnorm_clipvalue_maxnorm': ('Adam', dict(lr=0.01, clipnorm=1.0, clipvalue=0.3),
+                                        ('maxnorm', dict(m=1.5))),
+    'adamax_unitnorm_axis1': ('Adamax', dict(lr=0.01), ('unitnorm', dict(axis=1))),
+    'nadam_clipnorm': ('Nadam', dict(lr=0.01, clipnorm=0.5), None),
+}
+HAND_CASES = ['max_over_rows', 'min_over_rows', 'product_over_rows', 'sliced_operand']
+# The cases whose new rows read only the same rows: no clipnorm, no norm over the first axis.
+ROW_LOCAL = {'sgd_nesterov_decay_nonneg', 'adadelta_maxnorm_axis1', 'adamax_unitnorm_axis1',
+             'sliced_operand'}
+# Updates of W that read rows across the first axis, and the op each error names.
+REFUSED = {'dot': 'dot (Dot)', 'transpose': 'InplaceDimShuffle{1,0} (DimShuffle)',
+           'reshape': 'Reshape{2} (Reshape)', 'reversed': 'Subtensor{::int64} (Subtensor)',
+           'sort': 'SortOp{quicksort, None} (SortOp)',
+           'all_rows_in_one': 'InplaceDimShuffle{x,0,1} (DimShuffle)'}
+
+
+@pytest.fixture(scope='module')
+def checked(tmp_path_factory):
+    home = tmp_path_factory.mktemp('blocks')
+    result = run_python(home, flags='device=cpu', backend='theano',
+                        extra_env={'THEANO_MULTIGPU_COMPAT': '1'},
+                        args=[os.path.abspath(__file__)], timeout=600)
+    return json.loads(result.stdout.strip().split('\n')[-1])
+
+
+@pytest.mark.parametrize('bounds', sorted(BOUNDS))
+@pytest.mark.parametrize('case', sorted(KERAS_CASES) + HAND_CASES)
+def test_each_block_of_an_update_is_the_rows_of_the_whole_update(checked, case, bounds):
+    found = checked['cases'][case][bounds]
+    assert found['finite'], found
+    assert found['same_rows'], found
+    assert found['reads_no_cut_leaf'], found
+    # A block reads other blocks only for a value reduced over the rows
+    # (a global norm, column norms), from the blocks' partial reductions.
+    assert found['reads_own_block_only'] == (case in ROW_LOCAL), found
+
+
+def test_clipping_and_constraints_were_active(checked):
+    """The comparisons mean something: clipnorm and maxnorm changed the
+    update (the whole values differ from those without them)."""
+    assert checked['clipnorm_clips'] and checked['maxnorm_scales'], checked
+
+
+def test_a_norm_over_more_weights_than_the_recursion_limit_is_split(checked):
+    found = checked['long_chain']
+    assert LONG_CHAIN > found['recursion_limit'], found
+    assert found == dict(found, blocks=len(BOUNDS['2/2/2/1']), reads_no_cut_leaf=True)
+
+
+def test_any_bounds_give_the_rows_of_the_whole_update(checked):
+    draws = checked['random']
+    assert len(draws) == RANDOM_BOUNDS
+    assert {len(d['bounds']) for d in draws} >= {1, ROWS}, draws   # one block, one row each
+    for draw in draws:
+        assert draw['finite'] and draw['same_rows'] and draw['reads_no_cut_leaf'], draw
+
+
+@pytest.mark.parametrize('name', sorted(REFUSED))
+def test_an_update_that_reads_rows_across_the_first_axis_is_refused_naming_the_op(checked,
+                                                                                   name):
+    message = checked['refused'][name]
+    assert message.startswith('the update of W cannot be computed block by block'), message
+    assert 'received %s' % REFUSED[name] in message, message   # the op and its class
+    assert 'Keep this weight whole' in message, message
+
+
+# --- The child: run as a script on the CPU ------------------------------------------
+
+
+def _gradient_input():
+    """An op whose output, a loss, has the gradient with respect to its first
+    input given by its second: Keras's ``K.gradients`` then returns that
+    input itself, a leaf, as the shim's gradient stand-ins are."""
+    import theano
+    import theano.tensor as T
+
+    class GivenGradient(theano.Op):
+        __props__ = ()
+
+        def make_node(self, weight, gradient):
+            return theano.Apply(self, [weight, gradient], [T.scalar(dtype=weight.dtype)])
+
+        def perform(self, node, inputs, outputs):
+            outputs[0][0] = np.zeros((), node.outputs[0].dtype)
+
+        def grad(self, inputs, output_gradients):
+            return [inputs[1], T.zeros_like(inputs[1])]
+
+    return GivenGradient()
+
+
+def _keras_update(case, rng):
+    """(updates, cut leaves, G): Keras's update pairs of a 7 x 3 weight W
+    whose gradient is the input G, for a ``case`` of KERAS_CASES; the cut
+    leaves are W, the optimizer's state of W's shape (each given random
+    values) and G (the shim gives each block a gradient stand-in of its own)."""
+    import theano.tensor as T
+    import keras.backend as K
+    from keras import constraints, optimizers
+    optimizer_name, arguments, constraint = case
+    W = K.variable(rng.randn(ROWS, COLUMNS) * 1.5, name='W')
+    G = T.matrix('G')
+    loss = _gradient_input()(W, G)
+    assert K.gradients(loss, [W])[0] is G
+    optimizer = getattr(optimizers, optimizer_name)(**arguments)
+    constraint = {W: constraints.get(constraint[0], constraint[1])} if constraint else {}
+    updates = optimizer.get_updates([W], constraint, loss)
+    state = [w for w in optimizer.weights if w.ndim == 2]
+    for s in state:   # accumulators of squares must stay >= 0
+        s.set_value(np.abs(rng.randn(ROWS, COLUMNS)).astype(s.dtype) * 0.1)
+    if optimizer.weights and optimizer.weights[0].ndim == 0:
+        optimizer.weights[0].set_value(np.asarray(3, optimizer.weights[0].dtype))
+    return updates, [W] + state + [G], G
+
+
+def _hand_update(name, rng):
+    """Updates written with Theano: reductions over the first axis that
+    combine block partials, and an operand that reads no cut leaf (G is not
+    cut here, each block reads its rows)."""
+    import theano
+    import theano.tensor as T
+    W = theano.shared(rng.randn(ROWS, COLUMNS).astype('float32'), name='W')
+    G = T.matrix('G')
+    if name == 'max_over_rows':
+        new = W / T.max(abs(W + G), axis=0, keepdims=True)
+    elif name == 'min_over_rows':
+        new = W - T.min(W * G, axis=[0, 1]) * G
+    elif name == 'product_over_rows':
+        new = W * T.prod(1 + 0.1 * T.tanh(W), axis=0).dimshuffle('x', 0)
+    else:   # a batch-norm-like running mean: G's column means read row by row
+        mean = theano.shared(rng.randn(ROWS).astype('float32'), name='mean')
+        new = W * 0.9 + (G.mean(axis=1) * 0.1).dimshuffle(0, 'x') + mean.dimshuffle(0, 'x')
+    return [(W, new)], [W], G
+
+
+def _refused_update(name):
+    """The message of NotBlockable for an update of W that reads across rows."""
+    import theano
+    import theano.tensor as T
+    from theano_multigpu.graph.blocks import NotBlockable, split_updates
+    W = theano.shared(np.ones((ROWS, COLUMNS), 'float32'), name='W')
+    new = {'dot': lambda: W - T.dot(T.matrix('A'), W),
+           'transpose': lambda: W * T.sum(W.T, axis=1).dimshuffle(0, 'x'),   # built, not run
+           'reshape': lambda: W.reshape((COLUMNS, ROWS)).reshape((ROWS, COLUMNS)),
+           'reversed': lambda: W[::-1],
+           'sort': lambda: T.sort(W, axis=0),
+           'all_rows_in_one': lambda: W * T.sum(W.dimshuffle('x', 0, 1),
+                                                axis=[1, 2]).dimshuffle(0, 'x')}[name]()
+    try:
+        split_updates([(W, new)], [W], BOUNDS['4/3'], lambda X, k: X[:1])
+    except NotBlockable as error:
+        return str(error)
+    return 'not refused'
+
+
+def _compared(updates, cut, inputs, bounds, rng):
+    """Whole and block new values on random ``inputs`` (the other leaves are
+    shared variables): whether each block's value is the rows of the whole
+    one, and what it reads."""
+    import theano
+    from theano import gof
+    from theano_multigpu.graph.blocks import split_updates
+    stand_ins = {}
+
+    def block_leaf(X, k):
+        return stand_ins.setdefault((X, k), X.type(name='%s[%d]' % (X.name, k)))
+
+    split = split_updates(updates, cut, bounds, block_leaf)
+    function = theano.function(inputs + list(stand_ins.values()),
+                               [new for _, new in updates] + [new for _, _, new in split],
+                               mode='FAST_COMPILE', on_unused_input='ignore')
+    values = dict((X, X.get_value()) for X in cut if X not in inputs)
+    same, finite = True, True
+    for _ in range(3):
+        values.update((x, rng.randn(ROWS, COLUMNS).astype(x.dtype)) for x in inputs)
+        out = function(*([values[x] for x in inputs] +
+                         [values[X][bounds[k][0]:bounds[k][1]] for X, k in stand_ins]))
+        whole = dict(zip([X for X, _ in updates], out[:len(updates)]))
+        finite = finite and all(np.isfinite(v).all() for v in whole.values())
+        for (X, k, _), value in zip(split, out[len(updates):]):
+            start, stop = bounds[k]
+            same = same and np.allclose(value, whole[X][start:stop], rtol=1e-6)
+    read = [gof.graph.inputs([new]) for _, _, new in split]
+    no_leaf = all(not set(leaves) & set(cut) for leaves in read)
+    own = all(j == k for (_, k, _), leaves in zip(split, read)
+              for (_, j), stand_in in stand_ins.items() if stand_in in leaves)
+    return {'bounds': bounds, 'finite': bool(finite), 'same_rows': bool(same),
+            'reads_no_cut_leaf': bool(no_leaf), 'reads_own_block_only': bool(own),
+            'blocks': len(split)}
+
+
+def _long_chain(count):
+    """A gradient norm over ``count`` cut gradients (Keras's
+    ``sum([K.sum(K.square(g)) for g in grads])``, a chain of ``count``
+    additions, longer than Python's recursion limit) scaling W's update:
+    the number of block updates built, and whether they read a cut leaf.
+    (Theano's own compiler recurses along such a chain: not compiled.)"""
+    import theano
+    import theano.tensor as T
+    from theano import gof
+    from theano_multigpu.graph.blocks import split_updates
+    W = theano.shared(np.ones((ROWS, COLUMNS), 'float32'), name='W')
+    grads = [T.matrix('g%d' % i) for i in range(count)]
+    norm = T.sqrt(sum([T.sum(T.square(g)) for g in grads]))
+    cut = [W] + grads
+    split = split_updates([(W, W - grads[0] / norm)], cut, BOUNDS['2/2/2/1'],
+                          lambda X, k: X.type(name='%s[%d]' % (X.name, k)))
+    leaves = set(cut)
+    return {'blocks': len(split), 'recursion_limit': sys.getrecursionlimit(),
+            'reads_no_cut_leaf': all(not set(gof.graph.inputs([new])) & leaves
+                                     for _, _, new in split)}
+
+
+def _bounds_drawn(rng):
+    """One block, a block per row, then random cuts of the rows."""
+    drawn = [[(0, ROWS)], [(row, row + 1) for row in range(ROWS)]]
+    while len(drawn) < RANDOM_BOUNDS:
+        cuts = sorted(rng.choice(np.arange(1, ROWS), rng.randint(1, ROWS - 1), replace=False))
+        edges = [0] + [int(c) for c in cuts] + [ROWS]
+        drawn.append(list(zip(edges[:-1], edges[1:])))
+    return drawn
+
+
+def _whole_value(case):
+    """The whole new W of a Keras ``case`` on fixed values."""
+    import theano
+    updates, cut, G = _keras_update(case, np.random.RandomState(0))
+    g = np.random.RandomState(1).randn(ROWS, COLUMNS).astype(G.dtype)
+    return theano.function([G], dict(updates)[cut[0]], mode='FAST_COMPILE')(g)
+
+
+def child():
+    report = {'cases': {}, 'refused': {}, 'random': []}
+    for name in sorted(KERAS_CASES) + HAND_CASES:
+        report['cases'][name] = {}
+        for key, bounds in sorted(BOUNDS.items()):
+            rng = np.random.RandomState(0)
+            if name in KERAS_CASES:
+                updates, cut, G = _keras_update(KERAS_CASES[name], rng)
+            else:
+                updates, cut, G = _hand_update(name, rng)
+            report['cases'][name][key] = _compared(updates, cut, [G], bounds, rng)
+    rng = np.random.RandomState(1)
+    for bounds in _bounds_drawn(rng):
+        updates, cut, G = _keras_update(KERAS_CASES['adam_clipnorm_clipvalue_maxnorm'], rng)
+        report['random'].append(_compared(updates, cut, [G], bounds, rng))
+    report['long_chain'] = _long_chain(LONG_CHAIN)
+    for name in REFUSED:
+        report['refused'][name] = _refused_update(name)
+    optimizer, arguments, constraint = KERAS_CASES['rmsprop_clipnorm_maxnorm']
+    plain = _whole_value((optimizer, arguments, constraint))
+    report['clipnorm_clips'] = not np.allclose(
+        plain, _whole_value((optimizer, dict(arguments, clipnorm=0), constraint)))
+    report['maxnorm_scales'] = not np.allclose(plain, _whole_value((optimizer, arguments, None)))
+    return report
+
+
+if __name__ == '__main__':
+    sys.stdout.write(json.dumps(child()) + '\n')
