@@ -453,6 +453,7 @@ WITH_THEANO = {
     ('compat.theano_fixes', 'hidden.hide'): 'patches nothing (sys.modules)',
     ('compat.theano_fixes', 'hidden.show'): 'patches nothing (sys.modules)',
     ('startup.turn_on', 'settings.on_theano_configparser'): 'config.settings: CONFIGPARSER',
+    ('compat', 'settings.register_settings_of_the_fixes'): 'config.settings: CONFIGPARSER',
     ('startup.turn_on', '_register_contexts'): 'gpuarray_fixes imports Theano',
     ('startup.turn_on', '_present_as_theano'): 'patches nothing (the backend name)',
     ('startup.turn_on', '_install_adapter'): 'keras_adapter.install reads sys.modules',

@@ -130,3 +130,15 @@ def test_a_model_trains_to_the_same_bits_and_gxx_reads_the_header(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stderr.startswith('! ') and '.gch' in done.stderr.splitlines()[0], \
         done.stderr[:500]
+
+
+def test_with_the_fixes_alone_the_settings_they_read_are_theanos(home):
+    """THEANO_MULTIGPU_COMPAT=1 registers the settings the fixes read, so
+    False turns the headers off there too."""
+    result = run_python(home, 'import theano; c = theano.config.multigpu; '
+                              'print(c.precompiled_headers, c.scan_loop)',
+                        backend='theano', extra_env={'THEANO_MULTIGPU_COMPAT': '1'},
+                        flags='device=cpu,multigpu.precompiled_headers=False,'
+                              'multigpu.scan_loop=python')
+    assert result.stdout.split() == ['False', 'python'], result.stdout + result.stderr
+    assert 'does not recognise' not in result.stderr, result.stderr

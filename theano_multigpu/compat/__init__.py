@@ -17,6 +17,8 @@ Graph rewrites of the package are registered through ``optimizers``.
 May import: ``theano_multigpu.config`` and the base modules (``errors``,
 ``importhook``, ``patch_targets``).
 """
+from .. import importhook
+from ..config import settings
 from . import (gpu_kernels, keras_fixes, opencl_contexts, precompiled_headers, python_fixes,
                theano_fixes)
 
@@ -30,6 +32,7 @@ def install():
     global _installed
     if _installed:
         return
+    importhook.after_import('theano.configparser', settings.register_settings_of_the_fixes)
     python_fixes.install()
     theano_fixes.install()
     precompiled_headers.install()

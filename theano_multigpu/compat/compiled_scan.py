@@ -149,7 +149,7 @@ def _chosen_loop():
     import theano
     try:
         return theano.config.multigpu.scan_loop
-    except AttributeError:  # the fixes alone (THEANO_MULTIGPU_COMPAT=1)
+    except AttributeError:  # the fixes installed after Theano was imported
         return 'compiled'
 
 

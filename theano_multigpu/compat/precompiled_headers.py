@@ -19,19 +19,18 @@ The rules this module keeps:
 - A ``.gch`` is used only while every file it read is unchanged (size and
   time, recorded when it was built): g++ itself does not check.
 - A block is precompiled at its ``BUILD_AFTER``-th module (a ``.gch`` of
-  about 40 MB costs about three modules' compile), once; a failed build
+  40 to 50 MB costs about three modules' compile), once; a failed build
   is recorded and not tried again.
 - Files appear whole: each is written under a temporary name and renamed.
 - A module that fails to compile with its header compiles again as Theano
   wrote it, so an error shows the original source; the header is then
-  not used again.
+  not used again.  Where the headers' folder cannot be written (read-only,
+  full), modules compile as Theano wrote them.
 
 ``multigpu.precompiled_headers=False`` compiles every module as Theano
 wrote it.
 """
-import contextlib
 import hashlib
-import io
 import json
 import os
 import re
@@ -73,6 +72,14 @@ def _write_whole(path, data):
     os.replace(temporary, path)
 
 
+def _remove(*paths):
+    for path in paths:
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+
+
 def _file_stamp(path):
     status = os.stat(path)
     return [status.st_size, status.st_mtime_ns]
@@ -96,6 +103,7 @@ class PrecompiledHeaders(object):
         self.enabled = enabled
         self._compiler_identity = None
         self._checked = set()    # folders whose .gch was found current
+        self._failed = set()     # folders whose header failed in this process
 
     def compiler_identity(self):
         """The compiler's resolved path, size and time: a new compiler
@@ -122,8 +130,11 @@ class PrecompiledHeaders(object):
         header = os.path.join(folder, HEADER)
         if folder in self._checked:
             return header
+        if folder in self._failed:
+            return None
         os.makedirs(folder, exist_ok=True)
         if os.path.exists(os.path.join(folder, 'failed')):
+            self._failed.add(folder)
             return None
         if self._current(folder):
             self._checked.add(folder)
@@ -180,18 +191,22 @@ class PrecompiledHeaders(object):
             _write_whole(os.path.join(folder, 'files.json'), json.dumps(files).encode('utf8'))
             return True
         except OSError as error:
+            _remove(built, rule)   # first: a full disk has room for the note then
             self.mark_failed(header, '%s\n%s' % (' '.join(command), error))
             return False
         finally:
-            for path in (built, rule):
-                if os.path.exists(path):
-                    os.remove(path)
+            _remove(built, rule)
 
     def mark_failed(self, header, why):
-        """Use ``header`` no more (a module compiled without it only)."""
+        """Use ``header`` no more (a module compiled without it only); in
+        this process even where the note cannot be written."""
         folder = os.path.dirname(header)
         self._checked.discard(folder)
-        _write_whole(os.path.join(folder, 'failed'), why.encode('utf8'))
+        self._failed.add(folder)
+        try:
+            _write_whole(os.path.join(folder, 'failed'), why.encode('utf8'))
+        except OSError:
+            pass
 
 
 def _header_flags(cmodule, config, include_dirs, preargs, hide_symbols):
@@ -225,15 +240,15 @@ def _with_precompiled_headers(cmodule, config, headers):
             header = None
             if block and headers.enabled():
                 flags = _header_flags(cmodule, config, include_dirs, preargs, hide_symbols)
-                header = headers.header_for(block, flags)
+                try:
+                    header = headers.header_for(block, flags)
+                except OSError:   # the headers' folder: a module compiles without
+                    header = None
             if header is None:
                 return compile_source(src_code)
             source = '\n'.join(['#include "%s"' % header] + [''] * (len(block) - 1) + [rest])
             try:
-                # compile_str prints where it kept a failed source: quiet
-                # here, as the source Theano wrote compiles next.
-                with contextlib.redirect_stdout(io.StringIO()):
-                    return compile_source(source)
+                return compile_source(source)
             except Exception as error:
                 module = compile_source(src_code)
                 headers.mark_failed(header, 'a module compiled without this header only: %s'
@@ -248,7 +263,7 @@ def _enabled():
     import theano
     try:
         return bool(theano.config.multigpu.precompiled_headers)
-    except AttributeError:  # the fixes alone (THEANO_MULTIGPU_COMPAT=1)
+    except AttributeError:  # the fixes installed after Theano was imported
         return True
 
 

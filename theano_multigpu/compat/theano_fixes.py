@@ -191,8 +191,21 @@ def _fix_scan_on_opencl(scan_op_module):
 # (pattern, replacement, matches).  The rule: _version_ops_without_props.
 _CMODULE_KEY_EDITS = [
     (r'version\.append\(node\.op\.__props__\)',
-     "version.append(node.op.__props__ or ('__props__', ()))", 1),
+     'version.append(node.op.__props__ or _theano_multigpu_empty_props_version(node))', 1),
 ]
+
+
+def _empty_props_version(node):
+    """The version part of an op without parameters: present, and naming
+    the kinds of the contexts its node runs on (a GPU op's C code can
+    differ between CUDA and OpenCL, e.g. expf and exp, while nothing else
+    in its key does)."""
+    kinds = set()
+    for variable in node.inputs + node.outputs:
+        kind = getattr(getattr(variable.type, 'context', None), 'kind', None)
+        if kind is not None:
+            kinds.add(kind.decode() if isinstance(kind, bytes) else str(kind))
+    return ('__props__',) + tuple(sorted(kinds))
 
 
 def _version_ops_without_props(cc_module):
@@ -204,14 +217,17 @@ def _version_ops_without_props(cc_module):
     declared, not missing: the op has no parameters, and its type alone
     tells it apart (Shape, Alloc, ScalarFromTensor, Dot22, Softmax,
     SoftmaxWithBias, SoftmaxGrad, ...).  So an empty ``__props__`` enters
-    the version as a part that is present (a non-empty one as before: the
+    the version as a part that is present, naming the kinds of the node's
+    contexts (``_empty_props_version``; a non-empty one as before: the
     keys of modules already versioned stay the same), and whether a key is
     versioned rests on the ops' and types' c_code_cache_version alone.
     Every caller (cmodule_key, cmodule_key_variables, gpuarray's
     optimizer, Scan's hash) looks cmodule_key_ up on a CLinker, so setting
     the class's attribute reaches them all."""
     wrap(CMODULE_KEY, cc_module.CLinker, 'cmodule_key_', lambda cmodule_key_: _edited_function(
-        cmodule_key_, _CMODULE_KEY_EDITS, {}, CMODULE_KEY, vars(cc_module)))
+        cmodule_key_, _CMODULE_KEY_EDITS,
+        {'_theano_multigpu_empty_props_version': _empty_props_version}, CMODULE_KEY,
+        vars(cc_module)))
 
 
 def _fix_round_on_opencl(scalar_module):

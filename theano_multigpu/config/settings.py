@@ -36,11 +36,13 @@ class Setting(object):
     ``parse``); ``default`` is the text Theano parses; ``unset`` says what an
     empty value means (shown by ``info`` and in the README); ``summary`` is the
     README's line (reStructuredText), ``help`` the full text (Theano's doc,
-    ``python -m theano_multigpu settings`` and theanorc.example).
+    ``python -m theano_multigpu settings`` and theanorc.example).  ``fixes``:
+    the compatibility fixes read it, so it exists with them alone too
+    (THEANO_MULTIGPU_COMPAT=1).
     """
 
     def __init__(self, name, default, summary, help, kind='text', choices=(),
-                 parse=None, example='', unset=''):
+                 parse=None, example='', unset='', fixes=False):
         self.name = name
         self.default = default
         self.summary = summary
@@ -50,6 +52,7 @@ class Setting(object):
         self.parse = parse
         self.example = example
         self.unset = unset
+        self.fixes = fixes
 
     @property
     def option(self):
@@ -233,7 +236,7 @@ SETTINGS = (
              "of its own batch, with its own targets."),
     Setting(
         'multigpu.scan_loop', 'compiled', kind='choice', choices=SCAN_LOOPS,
-        example='python',
+        example='python', fixes=True,
         summary="recurrent layers: Scan's loop, ``compiled`` (built at first "
                 "use) or ``python``; the same numbers either way",
         help="Recurrent layers: Scan's loop.  compiled: built with Cython at "
@@ -242,22 +245,27 @@ SETTINGS = (
              "python: Theano's loop in Python.  The same numbers either way."),
     Setting(
         'multigpu.precompiled_headers', True, kind='bool', example='False',
+        fixes=True,
         summary="Theano's C modules read a recurring block of ``#include`` lines "
-                "from a precompiled header (g++ compiles a module in about half "
-                "the time); ``False``: as Theano wrote them",
+                "from a precompiled header (g++ takes about half the time at -O0, "
+                "three quarters at -O3); ``False``: as Theano wrote them",
         help="Theano's C modules: a block of #include lines that starts four "
-             "modules or more is precompiled once (a .gch of about 40 MB in the "
-             "compiledir) and read from there, and a module compiles in about "
-             "half the time.  The same code either way.  False: every module "
-             "compiles as Theano wrote it."),
+             "modules or more is precompiled once (a .gch of 40 to 50 MB in the "
+             "compiledir) and read from there: g++ takes about half the time at "
+             "-O0, three quarters at Theano's -O3.  The same code either way.  "
+             "False: every module compiles as Theano wrote it."),
 )
 
 SETTING = {setting.name: setting for setting in SETTINGS}
 
 
-def _register_settings(configparser):
-    """The package's settings, as Theano config variables."""
-    for setting in SETTINGS:
+def _register_settings(configparser, settings=SETTINGS):
+    """``settings`` as Theano config variables, but for those that are
+    already (the fixes' own, registered first)."""
+    section = type(getattr(configparser.config, 'multigpu', None))
+    for setting in settings:
+        if setting.option in vars(section):
+            continue
         if setting.kind == 'bool':
             param = configparser.BoolParam(setting.default)
         else:
@@ -362,6 +370,13 @@ def contexts_flag_value(configparser):
 def _settings_of(configparser):
     multigpu = configparser.config.multigpu
     return multigpu.mode, multigpu.contexts, multigpu.master
+
+
+def register_settings_of_the_fixes(configparser):
+    """Called once theano.configparser has executed: the settings the
+    compatibility fixes read, with the fixes alone too."""
+    CONFIGPARSER.check(configparser)
+    _register_settings(configparser, [setting for setting in SETTINGS if setting.fixes])
 
 
 def on_theano_configparser(configparser):
