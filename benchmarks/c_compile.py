@@ -19,7 +19,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import PYTHON, child_env, record  # noqa: E402
+from harness import (PYTHON, add_configurations_option, child_env, chosen_configurations,  # noqa: E402
+                     record)
 
 COMMAND = 'python benchmarks/c_compile.py'
 # Theano's own g++ flags (-O3) on the CPU and on one pocl context, and the
@@ -76,14 +77,10 @@ def compile_once(configuration, use_headers):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--configurations', default=','.join(CONFIGURATIONS),
-                        help='comma-separated, from %s' % ', '.join(CONFIGURATIONS))
+    add_configurations_option(parser, CONFIGURATIONS, ','.join(CONFIGURATIONS))
     args = parser.parse_args(argv)
     figures = []
-    for configuration in args.configurations.split(','):
-        if configuration not in CONFIGURATIONS:
-            parser.error('--configurations expects names from %s, but received %r'
-                         % (', '.join(CONFIGURATIONS), configuration))
+    for configuration in chosen_configurations(parser, args.configurations, CONFIGURATIONS):
         without = compile_once(configuration, False)
         with_headers = compile_once(configuration, True)
         ratio = with_headers['seconds'] / without['seconds']

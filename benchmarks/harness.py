@@ -45,7 +45,7 @@ def rank_slots(slot, ranks):
 
 __all__ = ['REPO', 'CACHE', 'PYTHON', 'MPIRUN', 'EACH_RANK_ITS_POCL_CACHE', 'rank_slots',
            'child_env', 'pocl_cache_dir', 'pocl_cache_of_this_worker', 'pocl_caches_side_by_side',
-           'record', 'median']
+           'record', 'median', 'add_configurations_option', 'chosen_configurations']
 
 
 def child_env(home, flags='', backend='theano_multigpu', extra=None, slot=None):
@@ -179,6 +179,23 @@ def record(figures):
             entry.get('goal', ''), entry['command']))
     with open(RESULTS_MD, 'w') as f:
         f.write('\n'.join(lines) + '\n')
+
+
+def add_configurations_option(parser, known, default):
+    """``--configurations``: comma-separated names from ``known``."""
+    parser.add_argument('--configurations', default=default,
+                        help='comma-separated, from %s' % ', '.join(known))
+
+
+def chosen_configurations(parser, value, known):
+    """The names of ``--configurations`` ``value``, each one of ``known``
+    (else the parser's error)."""
+    chosen = value.split(',')
+    for configuration in chosen:
+        if configuration not in known:
+            parser.error('--configurations expects names from %s, but received %r'
+                         % (', '.join(known), configuration))
+    return chosen
 
 
 def _machine():

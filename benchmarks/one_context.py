@@ -17,7 +17,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import MPIRUN, PYTHON, child_env, median, record  # noqa: E402
+from harness import (MPIRUN, PYTHON, add_configurations_option, child_env,  # noqa: E402
+                     chosen_configurations, median, record)
 from models import MODELS  # noqa: E402
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'step_worker.py')
@@ -177,14 +178,10 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--rounds', type=int, default=40,
                         help='steps timed per side and model (default 40)')
-    parser.add_argument('--configurations', default='cpu,pocl',
-                        help='comma-separated, from %s' % ', '.join(CONFIGURATIONS))
+    add_configurations_option(parser, CONFIGURATIONS, 'cpu,pocl')
     args = parser.parse_args(argv)
     figures = []
-    for configuration in args.configurations.split(','):
-        if configuration not in CONFIGURATIONS:
-            parser.error('--configurations expects names from %s, but received %r'
-                         % (', '.join(CONFIGURATIONS), configuration))
+    for configuration in chosen_configurations(parser, args.configurations, CONFIGURATIONS):
         print('one context, %s:' % DESCRIPTION[configuration], flush=True)
         figures += figures_for(configuration, measure(configuration, args.rounds))
     record(figures)
