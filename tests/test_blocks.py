@@ -44,7 +44,8 @@ KERAS_CASES = {
     'adamax_unitnorm_axis1': ('Adamax', dict(lr=0.01), ('unitnorm', dict(axis=1))),
     'nadam_clipnorm': ('Nadam', dict(lr=0.01, clipnorm=0.5), None),
 }
-HAND_CASES = ['max_over_rows', 'min_over_rows', 'product_over_rows', 'sliced_operand']
+HAND_CASES = ['max_over_rows', 'min_over_rows', 'product_over_rows', 'sliced_operand',
+              'sum_over_a_kept_row', 'product_over_a_kept_row']
 # The cases whose new rows read only the same rows: no clipnorm, no norm over the first axis.
 ROW_LOCAL = {'sgd_nesterov_decay_nonneg', 'adadelta_maxnorm_axis1', 'adamax_unitnorm_axis1',
              'sliced_operand'}
@@ -52,7 +53,8 @@ ROW_LOCAL = {'sgd_nesterov_decay_nonneg', 'adadelta_maxnorm_axis1', 'adamax_unit
 REFUSED = {'dot': 'dot (Dot)', 'transpose': 'InplaceDimShuffle{1,0} (DimShuffle)',
            'reshape': 'Reshape{2} (Reshape)', 'reversed': 'Subtensor{::int64} (Subtensor)',
            'sort': 'SortOp{quicksort, None} (SortOp)',
-           'all_rows_in_one': 'InplaceDimShuffle{x,0,1} (DimShuffle)'}
+           'all_rows_in_one': 'InplaceDimShuffle{x,0,1} (DimShuffle)',
+           'mean_op': 'Mean{0} (Mean)'}
 
 
 @pytest.fixture(scope='module')
@@ -168,6 +170,10 @@ def _hand_update(name, rng):
         new = W - T.min(W * G, axis=[0, 1]) * G
     elif name == 'product_over_rows':
         new = W * T.prod(1 + 0.1 * T.tanh(W), axis=0).dimshuffle('x', 0)
+    elif name == 'sum_over_a_kept_row':   # each block holds the same one row
+        new = W / T.sum(T.sqrt(T.sum(T.sqr(W + G), axis=0, keepdims=True)))
+    elif name == 'product_over_a_kept_row':
+        new = W * T.prod(T.max(abs(W), axis=0, keepdims=True), axis=0, keepdims=True)
     else:   # a batch-norm-like running mean: G's column means read row by row
         mean = theano.shared(rng.randn(ROWS).astype('float32'), name='mean')
         new = W * 0.9 + (G.mean(axis=1) * 0.1).dimshuffle(0, 'x') + mean.dimshuffle(0, 'x')
@@ -186,7 +192,8 @@ def _refused_update(name):
            'reversed': lambda: W[::-1],
            'sort': lambda: T.sort(W, axis=0),
            'all_rows_in_one': lambda: W * T.sum(W.dimshuffle('x', 0, 1),
-                                                axis=[1, 2]).dimshuffle(0, 'x')}[name]()
+                                                axis=[1, 2]).dimshuffle(0, 'x'),
+           'mean_op': lambda: W - T.mean(W, axis=0, op=True)}[name]()
     try:
         split_updates([(W, new)], [W], BOUNDS['4/3'], lambda X, k: X[:1])
     except NotBlockable as error:

@@ -24,7 +24,9 @@ rebuilt once per block:
 
 ``whole(x)``, the value of x read in full, for x that reads cut leaves:
 a sum, product, max or min over axes including the first is the same
-reduction of the blocks' partial reductions; Elemwise, DimShuffle and
+reduction of the blocks' partial reductions (of the one row, where its
+input is broadcast along the first axis; a Mean or another reduction with
+more than its scalar op is refused); Elemwise, DimShuffle and
 reductions over other axes are the op on the whole of their inputs, unless
 an input is a cut leaf; any other op is ``NotBlockable``.
 """
@@ -40,6 +42,9 @@ WHOLE = 'whole'
 # Reductions whose partial results per block combine into the whole one
 # with the same scalar op.
 COMBINABLE = (scalar.add, scalar.mul, scalar.maximum, scalar.minimum)
+# The reductions that are their scalar op folded over the axes and nothing
+# more (a Mean is a Sum divided by a count: its partials do not add up).
+COMBINED_CLASSES = (CAReduce, tensor.elemwise.Sum, tensor.elemwise.Prod, tensor.MaxAndArgmax)
 
 
 class NotBlockable(ValueError):
@@ -152,10 +157,12 @@ class Blocks(object):
             return _itself(x)
         op, axes = x.owner.op, _reduced_axes(x)
         if axes is not None and 0 in axes:
-            if _scalar_op(x) not in COMBINABLE:
+            if type(op) not in COMBINED_CLASSES or _scalar_op(x) not in COMBINABLE:
                 raise self._not_blockable(x, 'it reduces the first axis with %s, which has no '
-                                          'partial form' % _scalar_op(x))
+                                          'partial form' % _op_name(x))
             [reduced] = x.owner.inputs
+            if reduced.broadcastable[0]:   # one row, the same in every block: once
+                return [(reduced, WHOLE)], lambda values: _applied(x, values)
             return ([(reduced, k) for k in range(len(self.bounds))],
                     lambda values: functools.reduce(Elemwise(_scalar_op(x)),
                                                     [_applied(x, [v]) for v in values]))

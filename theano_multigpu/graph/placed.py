@@ -13,6 +13,7 @@ alike (``graph_view``, ``compat.shared_views``).  Pickled, it carries its
 whole value.
 """
 import collections
+import operator
 
 import numpy as np
 import theano
@@ -140,14 +141,15 @@ def _where(variable):
 
 
 def _checked_parts(parts, rows, name):
-    """``parts`` as (context, int start, int stop) triples; ValueError
+    """``parts`` as (context, start, stop) triples of whole numbers; ValueError
     unless they are non-empty and in order, covering rows 0..``rows``."""
     expected = ('place_blocks(%s) expects a list of (context, start row, stop row), each '
                 'non-empty, the first starting at row 0, each starting where the one before '
                 'stopped and the last stopping at row %d (the first axis); received %r'
                 % (name, rows, parts))
     try:
-        triples = [(context, int(start), int(stop)) for context, start, stop in parts]
+        triples = [(context, operator.index(start), operator.index(stop))
+                   for context, start, stop in parts]
     except (TypeError, ValueError):
         raise ValueError(expected + ': not a list of triples of a name and two rows')
     if not triples:
