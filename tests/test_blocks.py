@@ -10,8 +10,11 @@ constraints (maxnorm over either axis, nonneg, unitnorm) update a 7 x 3
 weight whose gradient is an input, as the shim's gradient stand-ins are;
 a few hand-written updates reduce over the first axis with max,
 min and product, or slice an operand that reads no cut leaf.  The rows are
-cut 4/3, 2/2/2/1 and at random bounds.  Updates that read rows across the
-first axis are refused, naming the op.
+cut 4/3, 2/2/2/1 and at random bounds.  Two weights of 7 and 5 rows, each
+cut at its own bounds, share clipnorm's global norm; one split over many
+weights builds that norm once (the node count grows with the weights, not
+their square).  Updates that read rows across the first axis, or mix leaves
+cut at different bounds, are refused, naming the op.
 
 Theano reads its flags once, at import: this file runs itself as a child
 Python on the CPU (plain Keras with the compatibility fixes), which builds
@@ -31,6 +34,23 @@ ROWS, COLUMNS = 7, 3
 BOUNDS = {'4/3': [(0, 4), (4, 7)], '2/2/2/1': [(0, 2), (2, 4), (4, 6), (6, 7)]}
 RANDOM_BOUNDS = 12
 LONG_CHAIN = 1500
+# Two weights of 7 and 5 rows, each cut at its own bounds into as many blocks.
+TWO_ROWS = (7, 5)
+TWO_BOUNDS = {'4/3 and 3/2': ([(0, 4), (4, 7)], [(0, 3), (3, 5)]),
+              '2/2/2/1 and 2/1/1/1': ([(0, 2), (2, 4), (4, 6), (6, 7)],
+                                      [(0, 2), (2, 3), (3, 4), (4, 5)])}
+TWO_CASES = {'sgd_momentum_clipnorm': ('SGD', dict(lr=0.1, momentum=0.9, clipnorm=1.0), None),
+             'adam_clipnorm': ('Adam', dict(lr=0.01, clipnorm=0.5), None)}
+# The cut leaves each case updates per weight: the weight and its state.
+TWO_UPDATED = {'sgd_momentum_clipnorm': 2, 'adam_clipnorm': 3}
+# Weights in the node count, of 2 to 6 rows cut in two blocks each, updated by
+# SGD with momentum and clipnorm; the nodes of all the blocks' graphs are at
+# most NODES_PER_BLOCK times those of the whole updates per block.  Measured
+# with 100 weights: 1602 nodes of the whole updates, 2602 of one split over
+# all the weights (0.8 per block), 8049 of a split per weight (2.5 per block,
+# growing with the number of weights: each rebuilds the norm's chain).
+MANY_WEIGHTS = 100
+NODES_PER_BLOCK = 1.5
 # Keras optimizer, its arguments, the constraint on W (a Keras name and arguments).
 KERAS_CASES = {
     'sgd_nesterov_decay_nonneg': ('SGD', dict(lr=0.1, momentum=0.9, nesterov=True, decay=0.01),
@@ -54,7 +74,14 @@ REFUSED = {'dot': 'dot (Dot)', 'transpose': 'InplaceDimShuffle{1,0} (DimShuffle)
            'reshape': 'Reshape{2} (Reshape)', 'reversed': 'Subtensor{::int64} (Subtensor)',
            'sort': 'SortOp{quicksort, None} (SortOp)',
            'all_rows_in_one': 'InplaceDimShuffle{x,0,1} (DimShuffle)',
-           'mean_op': 'Mean{0} (Mean)'}
+           'mean_op': 'Mean{0} (Mean)',
+           'leaves_at_different_bounds': 'Elemwise{sub,no_inplace} (Elemwise)',
+           'a_leaf_at_other_bounds': 'Elemwise{mul,no_inplace} (Elemwise)'}
+# The refusals of leaves cut at bounds other than W's name both leaves and their bounds.
+MIXED = {'leaves_at_different_bounds': ('W, cut at [(0, 4), (4, 7)]',
+                                        'V, cut at [(0, 3), (3, 7)]'),
+         'a_leaf_at_other_bounds': ('cut at [(0, 4), (4, 7)] (those of W)',
+                                    'V, cut at [(0, 3), (3, 7)]')}
 
 
 @pytest.fixture(scope='module')
@@ -98,6 +125,33 @@ def test_any_bounds_give_the_rows_of_the_whole_update(checked):
         assert draw['finite'] and draw['same_rows'] and draw['reads_no_cut_leaf'], draw
 
 
+@pytest.mark.parametrize('bounds', sorted(TWO_BOUNDS))
+@pytest.mark.parametrize('case', sorted(TWO_CASES))
+def test_weights_cut_at_their_own_bounds_share_one_clipnorm(checked, case, bounds):
+    """A 7-row and a 5-row weight, split together: each block of each
+    update is the rows of the whole one, at that weight's bounds, and reads
+    its own block of every leaf (the norm: each leaf's blocks' partials)."""
+    found = checked['two_weights'][case][bounds]
+    assert found['finite'] and found['same_rows'] and found['reads_no_cut_leaf'], found
+    assert found['blocks'] == TWO_UPDATED[case] * len(TWO_ROWS) * len(TWO_BOUNDS[bounds][0])
+    assert found['clipnorm_clips'], found
+
+
+def test_a_norm_shared_by_many_weights_is_built_once(checked):
+    """One split over every weight: the nodes of all the blocks grow with
+    the whole update graph, not with its square as a split per weight does."""
+    found = checked['node_counts']
+    bound = NODES_PER_BLOCK * found['blocks'] * found['whole']
+    assert found['one_split'] <= bound < found['split_per_weight'], found
+    assert found['reads_no_cut_leaf'], found
+
+
+@pytest.mark.parametrize('name', sorted(MIXED))
+def test_leaves_cut_at_different_bounds_meeting_in_an_update_are_refused(checked, name):
+    message = checked['refused'][name]
+    assert all(leaf_and_bounds in message for leaf_and_bounds in MIXED[name]), message
+
+
 @pytest.mark.parametrize('name', sorted(REFUSED))
 def test_an_update_that_reads_rows_across_the_first_axis_is_refused_naming_the_op(checked,
                                                                                    name):
@@ -132,28 +186,33 @@ def _gradient_input():
     return GivenGradient()
 
 
-def _keras_update(case, rng):
-    """(updates, cut leaves, G): Keras's update pairs of a 7 x 3 weight W
-    whose gradient is the input G, for a ``case`` of KERAS_CASES; the cut
-    leaves are W, the optimizer's state of W's shape (each given random
-    values) and G (the shim gives each block a gradient stand-in of its own)."""
+def _keras_update(case, rng, rows=(ROWS,)):
+    """(updates, [cut leaves of each weight], [G of each weight]): Keras's
+    update pairs of weights of ``rows`` x 3 whose gradients are the inputs G,
+    for a ``case`` of KERAS_CASES (the constraint on the first weight); the
+    cut leaves of a weight are the weight, its optimizer state of its shape
+    (each given random values) and its G (the shim gives each block a
+    gradient stand-in of its own)."""
     import theano.tensor as T
     import keras.backend as K
     from keras import constraints, optimizers
     optimizer_name, arguments, constraint = case
-    W = K.variable(rng.randn(ROWS, COLUMNS) * 1.5, name='W')
-    G = T.matrix('G')
-    loss = _gradient_input()(W, G)
-    assert K.gradients(loss, [W])[0] is G
+    weights = [K.variable(rng.randn(r, COLUMNS) * 1.5, name='W' if i == 0 else 'W%d' % i)
+               for i, r in enumerate(rows)]
+    grads = [T.matrix('G' if i == 0 else 'G%d' % i) for i in range(len(rows))]
+    given = _gradient_input()
+    loss = sum([given(W, G) for W, G in zip(weights, grads)])
+    assert all(g is G for g, G in zip(K.gradients(loss, weights), grads))
     optimizer = getattr(optimizers, optimizer_name)(**arguments)
-    constraint = {W: constraints.get(constraint[0], constraint[1])} if constraint else {}
-    updates = optimizer.get_updates([W], constraint, loss)
-    state = [w for w in optimizer.weights if w.ndim == 2]
-    for s in state:   # accumulators of squares must stay >= 0
-        s.set_value(np.abs(rng.randn(ROWS, COLUMNS)).astype(s.dtype) * 0.1)
+    constraint = {weights[0]: constraints.get(*constraint)} if constraint else {}
+    updates = optimizer.get_updates(weights, constraint, loss)
+    state = [w for w in optimizer.weights if w.ndim == 2]   # Keras: per kind, in weights' order
+    for s, r in zip(state, list(rows) * 2):   # accumulators of squares must stay >= 0
+        s.set_value(np.abs(rng.randn(r, COLUMNS)).astype(s.dtype) * 0.1)
     if optimizer.weights and optimizer.weights[0].ndim == 0:
         optimizer.weights[0].set_value(np.asarray(3, optimizer.weights[0].dtype))
-    return updates, [W] + state + [G], G
+    leaves = [[W] + state[i::len(rows)] + [G] for i, (W, G) in enumerate(zip(weights, grads))]
+    return updates, leaves, grads
 
 
 def _hand_update(name, rng):
@@ -193,18 +252,24 @@ def _refused_update(name):
            'sort': lambda: T.sort(W, axis=0),
            'all_rows_in_one': lambda: W * T.sum(W.dimshuffle('x', 0, 1),
                                                 axis=[1, 2]).dimshuffle(0, 'x'),
-           'mean_op': lambda: W - T.mean(W, axis=0, op=True)}[name]()
+           'mean_op': lambda: W - T.mean(W, axis=0, op=True)}.get(name, lambda: None)()
+    V = theano.shared(np.ones((ROWS, COLUMNS), 'float32'), name='V')
+    if name == 'leaves_at_different_bounds':
+        new = W - 0.1 * T.tanh(V)
+    elif name == 'a_leaf_at_other_bounds':
+        new = V * 2
     try:
-        split_updates([(W, new)], [W], BOUNDS['4/3'], lambda X, k: X[:1])
+        split_updates([(W, new)], {W: BOUNDS['4/3'], V: [(0, 3), (3, ROWS)]},
+                      lambda X, k: X[:1])
     except NotBlockable as error:
         return str(error)
     return 'not refused'
 
 
-def _compared(updates, cut, inputs, bounds, rng):
-    """Whole and block new values on random ``inputs`` (the other leaves are
-    shared variables): whether each block's value is the rows of the whole
-    one, and what it reads."""
+def _compared(updates, cut, inputs, rng):
+    """Whole and block new values on random ``inputs`` ({input: shape}; the
+    other leaves are shared variables), ``cut``: {leaf: bounds}: whether
+    each block's value is the rows of the whole one, and what it reads."""
     import theano
     from theano import gof
     from theano_multigpu.graph.blocks import split_updates
@@ -213,28 +278,84 @@ def _compared(updates, cut, inputs, bounds, rng):
     def block_leaf(X, k):
         return stand_ins.setdefault((X, k), X.type(name='%s[%d]' % (X.name, k)))
 
-    split = split_updates(updates, cut, bounds, block_leaf)
-    function = theano.function(inputs + list(stand_ins.values()),
+    split = split_updates(updates, cut, block_leaf)
+    function = theano.function(list(inputs) + list(stand_ins.values()),
                                [new for _, new in updates] + [new for _, _, new in split],
                                mode='FAST_COMPILE', on_unused_input='ignore')
     values = dict((X, X.get_value()) for X in cut if X not in inputs)
     same, finite = True, True
     for _ in range(3):
-        values.update((x, rng.randn(ROWS, COLUMNS).astype(x.dtype)) for x in inputs)
+        values.update((x, rng.randn(*shape).astype(x.dtype)) for x, shape in inputs.items())
         out = function(*([values[x] for x in inputs] +
-                         [values[X][bounds[k][0]:bounds[k][1]] for X, k in stand_ins]))
+                         [values[X][slice(*cut[X][k])] for X, k in stand_ins]))
         whole = dict(zip([X for X, _ in updates], out[:len(updates)]))
         finite = finite and all(np.isfinite(v).all() for v in whole.values())
         for (X, k, _), value in zip(split, out[len(updates):]):
-            start, stop = bounds[k]
-            same = same and np.allclose(value, whole[X][start:stop], rtol=1e-6)
+            same = same and np.allclose(value, whole[X][slice(*cut[X][k])], rtol=1e-6)
     read = [gof.graph.inputs([new]) for _, _, new in split]
     no_leaf = all(not set(leaves) & set(cut) for leaves in read)
     own = all(j == k for (_, k, _), leaves in zip(split, read)
               for (_, j), stand_in in stand_ins.items() if stand_in in leaves)
-    return {'bounds': bounds, 'finite': bool(finite), 'same_rows': bool(same),
+    return {'bounds': cut[split[0][0]], 'finite': bool(finite), 'same_rows': bool(same),
             'reads_no_cut_leaf': bool(no_leaf), 'reads_own_block_only': bool(own),
             'blocks': len(split)}
+
+
+def _one_weight(updates, leaves, G, bounds, rng):
+    """_compared for one 7 x 3 weight's ``leaves`` cut at ``bounds``."""
+    return _compared(updates, dict((leaf, bounds) for leaf in leaves),
+                     {G: (ROWS, COLUMNS)}, rng)
+
+
+def _two_weights(case, bounds, rng):
+    """_compared for a 7-row and a 5-row weight, each cut at its ``bounds``,
+    updated by a Keras ``case`` with clipnorm; and whether clipnorm clipped
+    (the whole values differ from those without it)."""
+    import theano
+    updates, leaves, grads = _keras_update(case, rng, TWO_ROWS)
+    cut = dict((leaf, b) for weight_leaves, b in zip(leaves, bounds) for leaf in weight_leaves)
+    found = _compared(updates, cut, dict((G, (r, COLUMNS)) for G, r in zip(grads, TWO_ROWS)),
+                      rng)
+    optimizer, arguments, constraint = case
+    unclipped, _, other_grads = _keras_update((optimizer, dict(arguments, clipnorm=0),
+                                               constraint), np.random.RandomState(0), TWO_ROWS)
+    clipped, _, grads = _keras_update(case, np.random.RandomState(0), TWO_ROWS)
+    g = [np.random.RandomState(1).randn(r, COLUMNS).astype('float32') for r in TWO_ROWS]
+    plain = theano.function(other_grads, [new for _, new in unclipped], mode='FAST_COMPILE')(*g)
+    found['clipnorm_clips'] = not all(
+        np.allclose(a, b) for a, b in
+        zip(plain, theano.function(grads, [new for _, new in clipped], mode='FAST_COMPILE')(*g)))
+    return found
+
+
+def _node_counts(count):
+    """Apply nodes of Keras's SGD(momentum, clipnorm) updates of ``count``
+    weights of 2 to 6 rows, each cut in two blocks at its own bounds: of the
+    whole updates, of one split over all the weights, and of a split per
+    weight (each weight's own leaves cut, the other gradients read whole)."""
+    from theano import gof
+    from theano_multigpu.graph.blocks import split_updates
+    rows = [2 + i % 5 for i in range(count)]
+    updates, leaves, _ = _keras_update(('SGD', dict(lr=0.1, momentum=0.9, clipnorm=1.0), None),
+                                       np.random.RandomState(0), rows)
+    cut = dict((leaf, [(0, r // 2), (r // 2, r)])
+               for weight_leaves, r in zip(leaves, rows) for leaf in weight_leaves)
+
+    def block_leaf(X, k):
+        return X.type(name='%s[%d]' % (X.name, k))
+
+    def nodes(outputs):
+        return len(gof.graph.io_toposort(gof.graph.inputs(outputs), outputs))
+
+    one = [new for _, _, new in split_updates(updates, cut, block_leaf)]
+    per_weight = [new for weight_leaves in leaves
+                  for _, _, new in split_updates(updates, dict((leaf, cut[leaf])
+                                                               for leaf in weight_leaves),
+                                                 block_leaf)]
+    return {'blocks': 2, 'whole': nodes([new for X, new in updates if X in cut]),
+            'one_split': nodes(one), 'split_per_weight': nodes(per_weight),
+            'reads_no_cut_leaf': all(not set(gof.graph.inputs([new])) & set(cut)
+                                     for new in one)}
 
 
 def _long_chain(count):
@@ -250,8 +371,11 @@ def _long_chain(count):
     W = theano.shared(np.ones((ROWS, COLUMNS), 'float32'), name='W')
     grads = [T.matrix('g%d' % i) for i in range(count)]
     norm = T.sqrt(sum([T.sum(T.square(g)) for g in grads]))
-    cut = [W] + grads
-    split = split_updates([(W, W - grads[0] / norm)], cut, BOUNDS['2/2/2/1'],
+    # W and g0 at W's bounds, the other gradients at bounds of their own.
+    cut = dict((g, BOUNDS['2/2/2/1'] if i % 2 == 0 else [(0, 2), (2, 3), (3, 4), (4, 5)])
+               for i, g in enumerate(grads))
+    cut[W] = BOUNDS['2/2/2/1']
+    split = split_updates([(W, W - grads[0] / norm)], cut,
                           lambda X, k: X.type(name='%s[%d]' % (X.name, k)))
     leaves = set(cut)
     return {'blocks': len(split), 'recursion_limit': sys.getrecursionlimit(),
@@ -272,7 +396,7 @@ def _bounds_drawn(rng):
 def _whole_value(case):
     """The whole new W of a Keras ``case`` on fixed values."""
     import theano
-    updates, cut, G = _keras_update(case, np.random.RandomState(0))
+    updates, [cut], [G] = _keras_update(case, np.random.RandomState(0))
     g = np.random.RandomState(1).randn(ROWS, COLUMNS).astype(G.dtype)
     return theano.function([G], dict(updates)[cut[0]], mode='FAST_COMPILE')(g)
 
@@ -284,14 +408,19 @@ def child():
         for key, bounds in sorted(BOUNDS.items()):
             rng = np.random.RandomState(0)
             if name in KERAS_CASES:
-                updates, cut, G = _keras_update(KERAS_CASES[name], rng)
+                updates, [cut], [G] = _keras_update(KERAS_CASES[name], rng)
             else:
                 updates, cut, G = _hand_update(name, rng)
-            report['cases'][name][key] = _compared(updates, cut, [G], bounds, rng)
+            report['cases'][name][key] = _one_weight(updates, cut, G, bounds, rng)
     rng = np.random.RandomState(1)
     for bounds in _bounds_drawn(rng):
-        updates, cut, G = _keras_update(KERAS_CASES['adam_clipnorm_clipvalue_maxnorm'], rng)
-        report['random'].append(_compared(updates, cut, [G], bounds, rng))
+        updates, [cut], [G] = _keras_update(KERAS_CASES['adam_clipnorm_clipvalue_maxnorm'], rng)
+        report['random'].append(_one_weight(updates, cut, G, bounds, rng))
+    report['two_weights'] = dict(
+        (name, dict((key, _two_weights(case, bounds, np.random.RandomState(2)))
+                    for key, bounds in TWO_BOUNDS.items()))
+        for name, case in TWO_CASES.items())
+    report['node_counts'] = _node_counts(MANY_WEIGHTS)
     report['long_chain'] = _long_chain(LONG_CHAIN)
     for name in REFUSED:
         report['refused'][name] = _refused_update(name)

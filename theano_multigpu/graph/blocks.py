@@ -1,17 +1,30 @@
 """Updates of weights cut into blocks of rows: the new value of each block,
 computed from that block of the weight, its gradient and its optimizer state.
 
-A weight, its gradient and its state (Adam's moments, a momentum) are "cut":
-each is split along its first axis at the same ``bounds``, [(start, stop)]
-per block.  ``split_updates`` takes Keras's update pairs ``(X, X_new)`` on
-the host and builds, for each cut X and block k, X_new's rows
-[start_k, stop_k) from the variables that stand for block k of the cut
-leaves (``block_leaf(X, k)``).  It follows these rules, each variable
-rebuilt once per block:
+A weight, its gradient and its state (Adam's moments, a momentum) are "cut
+leaves": each is split along its first axis at its own bounds, [(start,
+stop)] per block, every leaf of a function into the same number of blocks
+N.  ``split_updates`` takes Keras's update pairs ``(X, X_new)`` on the host
+and builds, for each cut X and block k, X_new's rows X's [start_k, stop_k)
+from the variables that stand for block k of the cut leaves
+(``block_leaf(leaf, k)``).  One ``Blocks`` serves every cut weight of a
+function: each variable is rebuilt once per (block k, bounds) and once
+whole, so a value shared by all the updates (Keras's clipnorm norm over
+every gradient) is built once.
 
+The rows of a variable are those of the cut leaves it reads along its first
+axis (through any op but a value that is a scalar or broadcast along the
+first axis, and a reduction over the first axis).  Block k of a variable is
+built at the bounds of the update's X (the block being built):
+
+- the rows of the leaves a variable reads must be cut at those bounds: a
+  variable whose inputs read cut leaves at different bounds (an Elemwise
+  adding a 7-row weight's gradient to a 5-row one's) or at bounds other
+  than X's is ``NotBlockable``, naming both leaves and their bounds;
 - a cut leaf: ``block_leaf(leaf, k)``;
 - a variable that reads no cut leaf: itself where it is a scalar or
-  broadcast along the first axis, else its rows ``x[start:stop]``;
+  broadcast along the first axis, else its rows ``x[start:stop]`` at X's
+  bounds (the same variable may be sliced at each update's bounds);
 - a variable that reads a cut leaf and is a scalar or broadcast along the
   first axis (a global gradient norm for ``clipnorm``, MaxNorm's column
   norms): the same for every block, its ``whole`` value (below);
@@ -22,13 +35,17 @@ rebuilt once per block:
 - anything else (a dot, reshape, subtensor, join or sort across the rows, an
   op with no rule): ``NotBlockable``, and the weight stays whole.
 
-``whole(x)``, the value of x read in full, for x that reads cut leaves:
+``whole(x)``, the value of x read in full, for x that reads cut leaves,
+built once per ``Blocks`` and shared by every update that reads it:
 a sum, product, max or min over axes including the first is the same
-reduction of the blocks' partial reductions (of the one row, where its
-input is broadcast along the first axis; a Mean or another reduction with
-more than its scalar op is refused); Elemwise, DimShuffle and
-reductions over other axes are the op on the whole of their inputs, unless
-an input is a cut leaf; any other op is ``NotBlockable``.
+reduction of the partial reductions of the N blocks of its input, each
+block at the bounds of the leaves that input reads along its rows (of the
+one row, where its input is broadcast along the first axis; the op on its
+whole input, where that input reads cut leaves only through whole values; a
+Mean or another reduction with more than its scalar op is refused);
+Elemwise, DimShuffle and reductions over other axes are the op on the whole
+of their inputs, unless an input is a cut leaf; any other op is
+``NotBlockable``.
 """
 import functools
 
@@ -37,7 +54,7 @@ from theano.tensor.elemwise import CAReduce, DimShuffle, Elemwise
 
 __all__ = ['NotBlockable', 'split_updates', 'Blocks']
 
-# The key of a variable's whole value, beside its blocks 0, 1, ...
+# The key of a variable's whole value, beside its blocks (k, bounds).
 WHOLE = 'whole'
 # Reductions whose partial results per block combine into the whole one
 # with the same scalar op.
@@ -52,45 +69,52 @@ class NotBlockable(ValueError):
     message names the op, the weight and why; the weight stays whole."""
 
 
-def split_updates(updates, cut, bounds, block_leaf):
+def split_updates(updates, cut, block_leaf):
     """[(X, k, new value of block k)] for each update pair ``(X, X_new)``
-    whose X is in ``cut``, in the order of ``updates``, k over ``bounds``.
+    whose X is in ``cut``, in the order of ``updates``, k over X's blocks.
     Pairs of other variables are not returned (the caller keeps them).
 
-    ``cut``: the cut leaves, all cut at ``bounds`` along their first axis (a
-    weight, its optimizer state, the stand-in of its gradient); ``bounds``:
-    [(start, stop)] of each block's rows; ``block_leaf(X, k)``: the variable
-    that stands for block k of cut leaf X.  Raises NotBlockable where a new
-    value reads more than its block's rows."""
-    blocks = Blocks(cut, bounds, block_leaf)
+    ``cut``: {cut leaf: [(start, stop)] of each of its blocks' rows}, every
+    leaf in the same number of blocks (a weight, its optimizer state, the
+    stand-in of its gradient, each at its own bounds); ``block_leaf(X, k)``:
+    the variable that stands for block k of cut leaf X.  Raises NotBlockable
+    where a new value reads more than its block's rows."""
+    blocks = Blocks(cut, block_leaf)
     split = []
     for variable, new_value in updates:
         if variable in blocks.cut:
             blocks.weight = variable
-            split += [(variable, k, blocks.block(new_value, k)) for k in range(len(bounds))]
+            bounds = blocks.cut[variable]
+            split += [(variable, k, blocks.block(new_value, k, bounds))
+                      for k in range(blocks.count)]
     return split
 
 
 class Blocks(object):
     """The rules of the module's docstring over one host graph, each
-    variable rebuilt once per block and once whole."""
+    variable rebuilt once per (block, bounds) and once whole."""
 
-    def __init__(self, cut, bounds, block_leaf):
-        self.cut = set(cut)
-        self.bounds = list(bounds)
+    def __init__(self, cut, block_leaf):
+        self.cut = dict((leaf, _bounds(bounds)) for leaf, bounds in cut.items())
+        counts = dict((leaf, len(bounds)) for leaf, bounds in self.cut.items())
+        if len(set(counts.values())) > 1:
+            raise ValueError('Blocks expects every cut leaf in the same number of blocks; '
+                             'received %s blocks per leaf. Cut them all into one number of '
+                             'blocks.' % ', '.join('%s: %d' % item for item in counts.items()))
+        self.count = counts.popitem()[1] if counts else 0
         self._block_leaf = block_leaf
         # The update errors name.
         self.weight = None
-        # (id(variable), block k or WHOLE): (variable, result); the variable
-        # is kept alive so that its id is not reused.
+        # (id(variable), (k, bounds) or WHOLE): (variable, result); the
+        # variable is kept alive so that its id is not reused.
         self._built = {}
-        # id(variable): (variable, whether its graph reads a cut leaf)
-        self._reads_cut = {}
+        # id(variable): (variable, whether its graph reads a cut leaf, its rows)
+        self._facts = {}
 
-    def block(self, x, k):
-        """Rows [start_k, stop_k) of ``x`` (``x`` itself where it is the
-        same for every block)."""
-        return self._built_value(x, k)
+    def block(self, x, k, bounds):
+        """Rows ``bounds[k]`` of ``x`` (``x`` itself where it is the same for
+        every block); ``bounds``: those of the update's X."""
+        return self._built_value(x, (k, _bounds(bounds)))
 
     def whole(self, x):
         """``x`` read in full, from the blocks of the cut leaves it reads."""
@@ -98,25 +122,53 @@ class Blocks(object):
 
     def reads_cut(self, x):
         """Whether ``x``'s graph reads a cut leaf."""
+        return self._facts_of(x)[1]
+
+    def rows(self, x):
+        """The rows of ``x``: None where it reads no cut leaf along its first
+        axis, ('rows', leaf, its bounds), or ('mixed', the variable whose
+        inputs read leaves cut at different bounds, leaf, bounds, leaf,
+        bounds)."""
+        return self._facts_of(x)[2]
+
+    def _facts_of(self, x):
+        # Inputs before their readers, on a stack (no recursion).
         stack = [x]
         while stack:
             variable = stack[-1]
             inputs = variable.owner.inputs if variable.owner is not None else []
-            unknown = [i for i in inputs if id(i) not in self._reads_cut]
-            if id(variable) in self._reads_cut:
+            unknown = [i for i in inputs if id(i) not in self._facts]
+            if id(variable) in self._facts:
                 stack.pop()
             elif unknown:
                 stack += unknown
             else:
-                reads = variable in self.cut or any(self._reads_cut[id(i)][1] for i in inputs)
-                self._reads_cut[id(variable)] = (variable, reads)
+                facts = [self._facts[id(i)] for i in inputs]
+                reads = variable in self.cut or any(f[1] for f in facts)
+                self._facts[id(variable)] = (variable, reads,
+                                             self._rows_from(variable, [f[2] for f in facts]))
                 stack.pop()
-        return self._reads_cut[id(x)][1]
+        return self._facts[id(x)]
 
-    def _built_value(self, x, k):
+    def _rows_from(self, x, input_rows):
+        if x in self.cut:
+            return ('rows', x, self.cut[x])
+        axes = _reduced_axes(x)
+        if x.ndim == 0 or x.broadcastable[0] or (axes is not None and 0 in axes):
+            return None
+        known = [rows for rows in input_rows if rows is not None]
+        mixed = [rows for rows in known if rows[0] == 'mixed']
+        if mixed:
+            return mixed[0]
+        other = [rows for rows in known if rows[2] != known[0][2]]
+        if other:
+            return ('mixed', x) + known[0][1:] + other[0][1:]
+        return known[0] if known else None
+
+    def _built_value(self, x, key):
         # Inputs before their readers, on a stack: long chains (a gradient
         # norm summed over hundreds of weights) need no recursion.
-        stack = [(x, k)]
+        stack = [(x, key)]
         while stack:
             variable, j = stack[-1]
             if (id(variable), j) in self._built:
@@ -130,27 +182,44 @@ class Blocks(object):
             built = build([self._built[id(v), i][1] for v, i in needs])
             self._built[id(variable), j] = (variable, built)
             stack.pop()
-        return self._built[id(x), k][1]
+        return self._built[id(x), key][1]
 
-    def _rule(self, x, k):
-        """(what ``x`` in block k, or WHOLE, is built from: [(variable, k or
-        WHOLE)], a function of their built values that builds it)."""
-        if k is WHOLE:
+    def _rule(self, x, key):
+        """(what ``x`` at ``key``, (k, bounds) or WHOLE, is built from:
+        [(variable, key)], a function of their built values that builds it)."""
+        if key is WHOLE:
             return self._whole_rule(x)
-        if x in self.cut:
-            return [], lambda _: self._block_leaf(x, k)
+        k, bounds = key
         if x.ndim == 0 or x.broadcastable[0]:
             return ([(x, WHOLE)], lambda values: values[0]) if self.reads_cut(x) else _itself(x)
+        self._check_rows(x, bounds)
+        if x in self.cut:
+            return [], lambda _: self._block_leaf(x, k)
         if not self.reads_cut(x):
-            start, stop = self.bounds[k]
+            start, stop = bounds[k]
             return [], lambda _: x[start:stop]
         op, axes = x.owner.op, _reduced_axes(x)
         if (isinstance(op, Elemwise) or (isinstance(op, DimShuffle) and op.new_order[0] == 0) or
                 (axes is not None and 0 not in axes)):
-            return [(i, k) for i in x.owner.inputs], lambda values: _applied(x, values)
+            return [(i, key) for i in x.owner.inputs], lambda values: _applied(x, values)
         raise self._not_blockable(x, 'a row of its value reads other rows (a product, reshape, '
                                   'index, join or sort along the first axis) or it is an op '
                                   'with no rule here')
+
+    def _check_rows(self, x, bounds):
+        """Refuses ``x`` where the leaves it reads along its rows are not all
+        cut at ``bounds``, those of the update's X."""
+        rows = self.rows(x)
+        if rows is not None and rows[0] == 'mixed':
+            mixing, leaf, leaf_bounds, other, other_bounds = rows[1:]
+            raise self._not_blockable(mixing, 'its inputs read the rows of %s, cut at %s, and '
+                                      'of %s, cut at %s: a block is the same rows of every '
+                                      'operand. Cut them at the same bounds'
+                                      % (leaf, list(leaf_bounds), other, list(other_bounds)))
+        if rows is not None and rows[2] != bounds:
+            raise self._not_blockable(x, 'it reads the rows of %s, cut at %s, into a block of '
+                                      'rows cut at %s (those of %s). Cut them at the same bounds'
+                                      % (rows[1], list(rows[2]), list(bounds), self.weight))
 
     def _whole_rule(self, x):
         if not self.reads_cut(x):
@@ -161,9 +230,15 @@ class Blocks(object):
                 raise self._not_blockable(x, 'it reduces the first axis with %s, which has no '
                                           'partial form' % _op_name(x))
             [reduced] = x.owner.inputs
-            if reduced.broadcastable[0]:   # one row, the same in every block: once
+            rows = self.rows(reduced)
+            if reduced.broadcastable[0] or rows is None:
+                # One row, the same in every block, or rows that read cut
+                # leaves only through whole values: reduced once.
                 return [(reduced, WHOLE)], lambda values: _applied(x, values)
-            return ([(reduced, k) for k in range(len(self.bounds))],
+            if rows[0] == 'mixed':
+                self._check_rows(reduced, None)
+            # The partials of the blocks at the bounds of the leaves it reads.
+            return ([(reduced, (k, rows[2])) for k in range(self.count)],
                     lambda values: functools.reduce(Elemwise(_scalar_op(x)),
                                                     [_applied(x, [v]) for v in values]))
         if isinstance(op, (Elemwise, DimShuffle)) or axes is not None:
@@ -179,7 +254,13 @@ class Blocks(object):
             'the update of %s cannot be computed block by block (rows %s): expected '
             'elementwise ops, dimshuffles that keep the first axis first and reductions '
             '(sum, product, max, min); received %s, which reads the cut %s, and %s. '
-            'Keep this weight whole.' % (self.weight, self.bounds, _op_name(x), read, why))
+            'Keep this weight whole.' % (self.weight, list(self.cut.get(self.weight, ())),
+                                         _op_name(x), read, why))
+
+
+def _bounds(bounds):
+    """``bounds`` as a tuple of (start, stop) pairs of ints (a key)."""
+    return tuple((int(start), int(stop)) for start, stop in bounds)
 
 
 def _itself(x):
