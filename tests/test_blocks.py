@@ -152,6 +152,15 @@ def test_leaves_cut_at_different_bounds_meeting_in_an_update_are_refused(checked
     assert all(leaf_and_bounds in message for leaf_and_bounds in MIXED[name]), message
 
 
+def test_malformed_bounds_are_refused_before_anything_is_built(checked):
+    found = checked['bad_bounds']
+    expected = {'gap': 'a gap', 'overlap': 'an overlap', 'empty': 'is empty',
+                'fractional': 'pairs of whole rows', 'late start': 'starts at row 1, not 0'}
+    for case, words in expected.items():
+        assert found[case].startswith('Blocks expects each cut leaf'), found
+        assert words in found[case], found
+
+
 @pytest.mark.parametrize('name', sorted(REFUSED))
 def test_an_update_that_reads_rows_across_the_first_axis_is_refused_naming_the_op(checked,
                                                                                    name):
@@ -401,8 +410,25 @@ def _whole_value(case):
     return theano.function([G], dict(updates)[cut[0]], mode='FAST_COMPILE')(g)
 
 
+def _bad_bounds():
+    """{case: the ValueError's message} of Blocks given malformed bounds."""
+    import theano
+    from theano_multigpu.graph.blocks import Blocks
+    W = theano.shared(np.ones((ROWS, COLUMNS), 'float32'), name='W')
+    found = {}
+    for case, bounds in (('gap', [(0, 3), (4, 7)]), ('overlap', [(0, 4), (3, 7)]),
+                         ('empty', [(0, 3), (3, 3), (3, 7)]), ('fractional', [(0, 3.9), (3.9, 7)]),
+                         ('late start', [(1, 7)])):
+        try:
+            Blocks({W: bounds}, lambda X, k: X)
+            found[case] = 'accepted'
+        except ValueError as error:
+            found[case] = str(error)
+    return found
+
+
 def child():
-    report = {'cases': {}, 'refused': {}, 'random': []}
+    report = {'cases': {}, 'refused': {}, 'random': [], 'bad_bounds': _bad_bounds()}
     for name in sorted(KERAS_CASES) + HAND_CASES:
         report['cases'][name] = {}
         for key, bounds in sorted(BOUNDS.items()):

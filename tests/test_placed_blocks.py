@@ -120,7 +120,7 @@ def test_a_variable_in_blocks_reads_writes_and_pickles_its_whole_value(home):
     assert 'stop at row 4' in bad['short'] and 'stop at row 6' in bad['long']
     assert 'starts at row 1, not 0' in bad['late start']
     assert 'no parts' in bad['none'] and 'not a list of triples' in bad['not triples']
-    assert 'not a list of triples' in bad['fractional rows']
+    assert 'pairs of whole rows' in bad['fractional rows']
     assert out['bad left unplaced'] == [False, np.ones((5, 2)).tolist()]
     rows = np.ones((5, 2), 'float32')
     assert out['one part'] == [_blocks(rows, [('dev1', 0, 5)]), rows.tolist()]

@@ -52,6 +52,8 @@ import functools
 from theano import gof, scalar, tensor
 from theano.tensor.elemwise import CAReduce, DimShuffle, Elemwise
 
+from .rows import checked_bounds
+
 __all__ = ['NotBlockable', 'split_updates', 'Blocks']
 
 # The key of a variable's whole value, beside its blocks (k, bounds).
@@ -259,8 +261,16 @@ class Blocks(object):
 
 
 def _bounds(bounds):
-    """``bounds`` as a tuple of (start, stop) pairs of ints (a key)."""
-    return tuple((int(start), int(stop)) for start, stop in bounds)
+    """``bounds`` as a tuple of (start, stop) pairs (a key); ValueError
+    unless they are blocks of rows in order from row 0, none empty, none
+    missing (whether the last stops at the leaf's last row is the caller's
+    to keep: a symbolic leaf does not know its rows)."""
+    try:
+        return checked_bounds(bounds)
+    except ValueError as error:
+        raise ValueError('Blocks expects each cut leaf\'s bounds as [(start, stop)] of blocks '
+                         'of its rows, the first from row 0, each from where the one before '
+                         'stopped, none empty; received %r: %s' % (list(bounds), error))
 
 
 def _itself(x):

@@ -13,7 +13,6 @@ alike (``graph_view``, ``compat.shared_views``).  Pickled, it carries its
 whole value.
 """
 import collections
-import operator
 
 import numpy as np
 import theano
@@ -23,6 +22,7 @@ from theano.gpuarray.type import gpuarray_shared_constructor
 from theano.tensor.sharedvar import TensorSharedVariable
 
 from ..patch_targets import CodeNames
+from .rows import checked_bounds
 
 __all__ = ['PlacedVariable', 'Block', 'new_variable', 'is_placed', 'host_view',
            'placed_replacements', 'value_holder', 'check_no_placeholder',
@@ -141,32 +141,21 @@ def _where(variable):
 
 
 def _checked_parts(parts, rows, name):
-    """``parts`` as (context, start, stop) triples of whole numbers; ValueError
+    """``parts`` as (context, start, stop) triples of whole rows; ValueError
     unless they are non-empty and in order, covering rows 0..``rows``."""
     expected = ('place_blocks(%s) expects a list of (context, start row, stop row), each '
                 'non-empty, the first starting at row 0, each starting where the one before '
                 'stopped and the last stopping at row %d (the first axis); received %r'
                 % (name, rows, parts))
     try:
-        triples = [(context, operator.index(start), operator.index(stop))
-                   for context, start, stop in parts]
+        triples = [(context, start, stop) for context, start, stop in parts]
     except (TypeError, ValueError):
         raise ValueError(expected + ': not a list of triples of a name and two rows')
-    if not triples:
-        raise ValueError(expected + ': no parts')
-    at = 0
-    for context, start, stop in triples:
-        if start != at:
-            raise ValueError(expected + ': part %r starts at row %d, not %d (%s)'
-                             % ((context, start, stop), start, at,
-                                'a gap' if start > at else 'an overlap'))
-        if stop <= start:
-            raise ValueError(expected + ': part %r is empty' % ((context, start, stop),))
-        at = stop
-    if at != rows:
-        raise ValueError(expected + ': the parts stop at row %d' % at)
-    return triples
-
+    try:
+        bounds = checked_bounds([(start, stop) for _, start, stop in triples], rows)
+    except ValueError as error:
+        raise ValueError('%s: %s' % (expected, error))
+    return [(context,) + pair for (context, _, _), pair in zip(triples, bounds)]
 
 def new_variable(value, dtype, name):
     """A PlacedVariable for arrays; scalars (learning rates, counters) stay

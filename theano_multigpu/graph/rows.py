@@ -14,9 +14,11 @@ rows (a random draw of the batch's shape, a constant of a fixed batch size)
 that meets the rows elementwise is returned: each replica takes its rows of
 it, so it is the tensor one context would use.
 """
+import operator
+
 from .row_rules import NONE, Check, Facts, is_random_draw, node_facts
 
-__all__ = ['slice_bounds', 'find_rows_meeting', 'RowsFound', 'WholeBatchNode']
+__all__ = ['slice_bounds', 'checked_bounds', 'find_rows_meeting', 'RowsFound', 'WholeBatchNode']
 
 
 def slice_bounds(batch_size, parts):
@@ -25,6 +27,30 @@ def slice_bounds(batch_size, parts):
     there are fewer rows than parts.  Symbolic when ``batch_size`` is."""
     return [((i * batch_size) // parts, ((i + 1) * batch_size) // parts)
             for i in range(parts)]
+
+
+def checked_bounds(bounds, rows=None):
+    """``bounds``, [(start, stop)] of blocks of rows, as a tuple of pairs of
+    whole numbers; ValueError saying what is wrong unless there is a block,
+    each is non-empty, the first starts at row 0, each starts where the one
+    before stopped, and the last stops at ``rows`` (where it is known)."""
+    try:
+        pairs = tuple((operator.index(start), operator.index(stop)) for start, stop in bounds)
+    except (TypeError, ValueError):
+        raise ValueError('not a list of (start, stop) pairs of whole rows')
+    if not pairs:
+        raise ValueError('no parts')
+    at = 0
+    for start, stop in pairs:
+        if start != at:
+            raise ValueError('part %r starts at row %d, not %d (%s)' % (
+                (start, stop), start, at, 'a gap' if start > at else 'an overlap'))
+        if stop <= start:
+            raise ValueError('part %r is empty' % ((start, stop),))
+        at = stop
+    if rows is not None and at != rows:
+        raise ValueError('the parts stop at row %d' % at)
+    return pairs
 
 
 class WholeBatchNode(object):
