@@ -262,9 +262,10 @@ SETTING = {setting.name: setting for setting in SETTINGS}
 def _register_settings(configparser, settings=SETTINGS):
     """``settings`` as Theano config variables, but for those that are
     already (the fixes' own, registered first)."""
-    section = type(getattr(configparser.config, 'multigpu', None))
+    section = getattr(configparser.config, 'multigpu', None)
+    registered = set(vars(type(section))) if section is not None else set()
     for setting in settings:
-        if setting.option in vars(section):
+        if setting.option in registered:
             continue
         if setting.kind == 'bool':
             param = configparser.BoolParam(setting.default)

@@ -157,6 +157,7 @@ def _checked_parts(parts, rows, name):
         raise ValueError('%s: %s' % (expected, error))
     return [(context,) + pair for (context, _, _), pair in zip(triples, bounds)]
 
+
 def new_variable(value, dtype, name):
     """A PlacedVariable for arrays; scalars (learning rates, counters) stay
     plain host variables, which every context reads at no cost."""
