@@ -146,6 +146,15 @@ def test_a_norm_shared_by_many_weights_is_built_once(checked):
     assert found['reads_no_cut_leaf'], found
 
 
+def test_a_refused_weight_leaves_the_others_split_and_a_second_split_refuses_none(checked):
+    """split_updates refuses per weight: W still splits when V's update
+    cannot, and with V's leaves read whole W's blocks are exact."""
+    found = checked['one_refused']
+    assert found['first_refused'] == ['V'] and found['names_weight'], found
+    assert found['first_split'] == ['W'], found
+    assert found['same_rows'] and found['reads_no_cut_leaf'] and found['blocks'] == 2, found
+
+
 @pytest.mark.parametrize('name', sorted(MIXED))
 def test_leaves_cut_at_different_bounds_meeting_in_an_update_are_refused(checked, name):
     message = checked['refused'][name]
@@ -267,10 +276,11 @@ def _refused_update(name):
         new = W - 0.1 * T.tanh(V)
     elif name == 'a_leaf_at_other_bounds':
         new = V * 2
-    try:
-        split_updates([(W, new)], {W: BOUNDS['4/3'], V: [(0, 3), (3, ROWS)]},
-                      lambda X, k: X[:1])
-    except NotBlockable as error:
+    _, refused = split_updates([(W, new)], {W: BOUNDS['4/3'], V: [(0, 3), (3, ROWS)]},
+                               lambda X, k: X[:1])
+    if refused:
+        error, = refused.values()
+        assert isinstance(error, NotBlockable) and error.weight is W, refused
         return str(error)
     return 'not refused'
 
@@ -287,7 +297,8 @@ def _compared(updates, cut, inputs, rng):
     def block_leaf(X, k):
         return stand_ins.setdefault((X, k), X.type(name='%s[%d]' % (X.name, k)))
 
-    split = split_updates(updates, cut, block_leaf)
+    split, refused = split_updates(updates, cut, block_leaf)
+    assert not refused, refused
     function = theano.function(list(inputs) + list(stand_ins.values()),
                                [new for _, new in updates] + [new for _, _, new in split],
                                mode='FAST_COMPILE', on_unused_input='ignore')
@@ -356,11 +367,11 @@ def _node_counts(count):
     def nodes(outputs):
         return len(gof.graph.io_toposort(gof.graph.inputs(outputs), outputs))
 
-    one = [new for _, _, new in split_updates(updates, cut, block_leaf)]
+    one = [new for _, _, new in split_updates(updates, cut, block_leaf)[0]]
     per_weight = [new for weight_leaves in leaves
                   for _, _, new in split_updates(updates, dict((leaf, cut[leaf])
                                                                for leaf in weight_leaves),
-                                                 block_leaf)]
+                                                 block_leaf)[0]]
     return {'blocks': 2, 'whole': nodes([new for X, new in updates if X in cut]),
             'one_split': nodes(one), 'split_per_weight': nodes(per_weight),
             'reads_no_cut_leaf': all(not set(gof.graph.inputs([new])) & set(cut)
@@ -384,8 +395,8 @@ def _long_chain(count):
     cut = dict((g, BOUNDS['2/2/2/1'] if i % 2 == 0 else [(0, 2), (2, 3), (3, 4), (4, 5)])
                for i, g in enumerate(grads))
     cut[W] = BOUNDS['2/2/2/1']
-    split = split_updates([(W, W - grads[0] / norm)], cut,
-                          lambda X, k: X.type(name='%s[%d]' % (X.name, k)))
+    split, _ = split_updates([(W, W - grads[0] / norm)], cut,
+                             lambda X, k: X.type(name='%s[%d]' % (X.name, k)))
     leaves = set(cut)
     return {'blocks': len(split), 'recursion_limit': sys.getrecursionlimit(),
             'reads_no_cut_leaf': all(not set(gof.graph.inputs([new])) & leaves
@@ -408,6 +419,29 @@ def _whole_value(case):
     updates, [cut], [G] = _keras_update(case, np.random.RandomState(0))
     g = np.random.RandomState(1).randn(ROWS, COLUMNS).astype(G.dtype)
     return theano.function([G], dict(updates)[cut[0]], mode='FAST_COMPILE')(g)
+
+
+def _one_refused_among_two(rng):
+    """W and V share a gradient norm; V's update also reads V's rows through
+    a dot.  The first split refuses V alone and still splits W; the second,
+    V's leaves no longer cut, refuses none, and W's blocks are the rows of
+    its whole update."""
+    import theano
+    import theano.tensor as T
+    from theano_multigpu.graph.blocks import split_updates
+    W, V = (theano.shared(rng.randn(ROWS, COLUMNS).astype('float32'), name=n) for n in 'WV')
+    gW, gV = T.matrix('gW'), T.matrix('gV')
+    norm = T.sqrt(T.sum(T.sqr(gW)) + T.sum(T.sqr(gV)))
+    mixing = theano.shared(rng.randn(ROWS, ROWS).astype('float32'), name='mixing')
+    updates = [(W, W - 0.1 * gW / norm), (V, V - 0.1 * T.dot(mixing, gV) / norm)]
+    cut = dict((leaf, BOUNDS['4/3']) for leaf in (W, V, gW, gV))
+    split, refused = split_updates(updates, cut, lambda X, k: X.type())
+    kept = dict((leaf, bounds) for leaf, bounds in cut.items() if leaf not in (V, gV))
+    found = _compared(updates, kept, {gW: (ROWS, COLUMNS), gV: (ROWS, COLUMNS)}, rng)
+    found.update(first_refused=sorted(str(X) for X in refused),
+                 first_split=sorted(set(str(X) for X, _, _ in split)),
+                 names_weight=all(error.weight is X for X, error in refused.items()))
+    return found
 
 
 def _bad_bounds():
@@ -447,6 +481,7 @@ def child():
                     for key, bounds in TWO_BOUNDS.items()))
         for name, case in TWO_CASES.items())
     report['node_counts'] = _node_counts(MANY_WEIGHTS)
+    report['one_refused'] = _one_refused_among_two(np.random.RandomState(3))
     report['long_chain'] = _long_chain(LONG_CHAIN)
     for name in REFUSED:
         report['refused'][name] = _refused_update(name)

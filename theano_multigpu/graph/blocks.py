@@ -68,28 +68,44 @@ COMBINED_CLASSES = (CAReduce, tensor.elemwise.Sum, tensor.elemwise.Prod, tensor.
 
 class NotBlockable(ValueError):
     """An update of a cut weight needs more than its own block of rows: the
-    message names the op, the weight and why; the weight stays whole."""
+    message names the op, the weight and why; ``weight`` is the weight (the
+    update's variable), ``op`` the op refused (None for a leaf)."""
+
+    def __init__(self, message, weight=None, op=None):
+        super(NotBlockable, self).__init__(message)
+        self.weight, self.op = weight, op
 
 
 def split_updates(updates, cut, block_leaf):
-    """[(X, k, new value of block k)] for each update pair ``(X, X_new)``
-    whose X is in ``cut``, in the order of ``updates``, k over X's blocks.
-    Pairs of other variables are not returned (the caller keeps them).
+    """``(split, refused)``: ``split``, [(X, k, new value of block k)] for
+    each update pair ``(X, X_new)`` whose X is in ``cut``, in the order of
+    ``updates``, k over X's blocks; ``refused``, {X: NotBlockable} for the
+    cut X whose new value reads more than its block's rows (they are not in
+    ``split``).  Pairs of other variables are not returned (the caller
+    keeps them).
 
     ``cut``: {cut leaf: [(start, stop)] of each of its blocks' rows}, every
     leaf in the same number of blocks (a weight, its optimizer state, the
     stand-in of its gradient, each at its own bounds); ``block_leaf(X, k)``:
-    the variable that stands for block k of cut leaf X.  Raises NotBlockable
-    where a new value reads more than its block's rows."""
+    the variable that stands for block k of cut leaf X.
+
+    A caller that keeps the refused weights whole takes their leaves (the
+    weight, its state, its gradient) out of ``cut`` and splits again: a leaf
+    no longer cut is read whole, which refuses nothing more, so the second
+    split refuses none."""
     blocks = Blocks(cut, block_leaf)
-    split = []
+    split, refused = [], {}
     for variable, new_value in updates:
         if variable in blocks.cut:
             blocks.weight = variable
             bounds = blocks.cut[variable]
-            split += [(variable, k, blocks.block(new_value, k, bounds))
-                      for k in range(blocks.count)]
-    return split
+            try:
+                split += [(variable, k, blocks.block(new_value, k, bounds))
+                          for k in range(blocks.count)]
+            except NotBlockable as error:
+                refused[variable] = error
+                split = [item for item in split if item[0] is not variable]
+    return split, refused
 
 
 class Blocks(object):
@@ -257,7 +273,8 @@ class Blocks(object):
             'elementwise ops, dimshuffles that keep the first axis first and reductions '
             '(sum, product, max, min); received %s, which reads the cut %s, and %s. '
             'Keep this weight whole.' % (self.weight, list(self.cut.get(self.weight, ())),
-                                         _op_name(x), read, why))
+                                         _op_name(x), read, why),
+            self.weight, x.owner.op if x.owner is not None else None)
 
 
 def _bounds(bounds):
