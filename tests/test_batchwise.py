@@ -17,10 +17,13 @@ from conftest import FOUR, ONE, TWO, needs_pocl, run_python, train_models
 
 pytestmark = needs_pocl
 
-# 2 and 4 contexts shard the weights (multigpu.shard, the default).
+# 2 and 4 contexts shard the weights (multigpu.shard, the default), every
+# weight with a row per context split into blocks of rows
+# (multigpu.shard_split=0); the others have one owner.
 # 'local': multigpu.batchnorm=local, each replica normalising with its
 # rows' statistics, and the master holding every weight (multigpu.shard=False).
-CONFIGURATIONS = {1: ONE, 2: TWO, 4: FOUR,
+SPLIT = ',multigpu.shard_split=0'
+CONFIGURATIONS = {1: ONE, 2: TWO + SPLIT, 4: FOUR + SPLIT,
                   'local': TWO + ',multigpu.batchnorm=local,multigpu.shard=False'}
 # The context names heavy ops run on (the master is Theano's default, None).
 GRAPH_NAMES = {2: ['None', 'dev1'], 4: ['None', 'dev1', 'dev2', 'dev3'],
@@ -106,6 +109,24 @@ def test_sharded_weights_sit_where_the_plan_counted_them(runs, n, name):
         assert abs(int(resident) - int(planned)) <= 0.05 * max(int(planned), 1), (context, memory)
     if name in SPREAD:
         assert (memory[:, 0] > 0).sum() >= 2, memory
+
+
+@pytest.mark.parametrize('n,name', [case for case in _cases(MODELS) if case[0] != 'local'])
+def test_every_weight_with_a_row_per_context_is_split_and_read_through_the_shims_copies(
+        runs, n, name):
+    """multigpu.shard_split=0: each trainable weight with at least one row per
+    context is split into one block per context, rows differing by at most
+    one (the others stay whole); and the train function copies no weight's
+    value between contexts with Theano's own op (GpuToGpu, which keeps no
+    placement), only with the shim's: blocks read on the master through
+    their host view once were."""
+    for weight in runs[n][name + '/split']:
+        rows, blocks = int(weight[0]), [int(r) for r in weight[1:] if r >= 0]
+        # graph.rows.slice_bounds: contiguous, differing by at most one row
+        expected = [(k + 1) * rows // n - k * rows // n for k in range(n)] if rows >= n else []
+        assert blocks == expected, (rows, blocks)
+    assert (runs[n][name + '/split'][:, 1:] > 0).any(), runs[n][name + '/split']
+    assert int(runs[n][name + '/theano_copies']) == 0
 
 
 def test_local_batch_normalisation_differs_but_its_running_statistics_are_the_batch(runs):
@@ -239,7 +260,8 @@ def test_report_shows_each_context_share_ops_and_bytes(home):
              if line.startswith(('  layers computed', '  on '))]
     assert where == ["  layers computed on each context's rows (dev0, dev1): dense_1, dense_2",
                      '  on the master (dev0), over the whole batch: the loss and metrics',
-                     "  on each weight's owner: the sum of its gradients and its update"], where
+                     "  on each weight's owner (split: on each block's context): the sum of "
+                     "its gradients and its update"], where
     # A layer whose rows meet (K.mean over them): its sum is summed on each
     # context and dev1's partial sum (4 floats) crosses to the master, the
     # mean back to dev1, and each one's gradient the other way: 4 x 16 B,

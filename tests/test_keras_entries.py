@@ -2,7 +2,8 @@
 ``K.gradients(loss, x)`` with one tensor (an input or a weight) and
 ``K.function(ins, out)`` with one output, as Keras's
 conv_filter_visualization, deep_dream and neural_style_transfer examples
-call them; and a layer-wise weight read by any Theano means (``.eval()``, a
+call them, also with the weights split into blocks of rows; and a
+layer-wise or split weight read by any Theano means (``.eval()``, a
 user's ``theano.function``, pickling).  Each value is checked against
 numpy from the trained weights.
 """
@@ -34,11 +35,17 @@ np.savez('out.npz', by_input=by_input, by_weight=by_weight, eval=W.eval(),
 '''
 
 
+# 'split': batch-wise with every weight of a row per context split into
+# blocks of rows (the gradient of a split weight, gathered from its blocks).
+MODES = {'batch': 'multigpu.mode=batch', 'layer': 'multigpu.mode=layer',
+         'split': 'multigpu.mode=batch,multigpu.shard_split=0'}
+
+
 @needs_pocl
-@pytest.mark.parametrize('mode', ['batch', 'layer'])
+@pytest.mark.parametrize('mode', sorted(MODES))
 def test_single_tensors_and_weights_read_by_theano(home, mode):
     import numpy as np
-    run_python(home, flags=TWO + ',multigpu.mode=' + mode, code=SCRIPT)
+    run_python(home, flags=TWO + ',' + MODES[mode], code=SCRIPT)
     out = np.load(str(home / 'out.npz'))
     assert out['by_input'].shape == (5, 3) and out['by_weight'].shape == (4, 2)
     np.testing.assert_allclose(out['by_input'], out['want_input'], rtol=1e-4, atol=1e-5)

@@ -103,7 +103,9 @@ def test_two_ranks_with_two_contexts_each_train_as_one_context(tmp_path_factory)
     shares of 1 and 2 rows (rows_meet@3, batch-wise) each rank computes on
     one context: the ranks' graphs, and so their collectives, alike."""
     models = ['mlp@9', 'mlp@1', 'cnn_bn1', 'rows_meet@9']
-    flags = {1: ONE, 'batch': TWO, 'layer': TWO + ',multigpu.mode=layer'}
+    # Batch-wise, every weight with a row per context is split (shard_split=0).
+    flags = {1: ONE, 'batch': TWO + ',multigpu.shard_split=0',
+             'layer': TWO + ',multigpu.mode=layer'}
     runs = train_models(tmp_path_factory.mktemp('mpi_pocl'), flags,
                         {1: models + ['rows_meet@3'], 'batch': models + ['rows_meet@3'],
                          'layer': models}, STEPS, BATCH, ranks={'batch': 2, 'layer': 2})

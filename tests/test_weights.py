@@ -15,7 +15,10 @@ from conftest import CHILDREN, ONE, TWO, needs_pocl, run_python, run_side_by_sid
 
 pytestmark = needs_pocl
 
-CONFIGURATIONS = {'one': ONE, 'batch': TWO, 'layer': TWO + ',multigpu.mode=layer'}
+# Batch-wise, every weight with a row per context is split into blocks
+# (shard_split=0): saved, loaded and read by callbacks whole.
+CONFIGURATIONS = {'one': ONE, 'batch': TWO + ',multigpu.shard_split=0',
+                  'layer': TWO + ',multigpu.mode=layer'}
 MODES = ['batch', 'layer']
 RTOL, ATOL = 1e-4, 1e-6
 

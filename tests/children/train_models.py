@@ -12,7 +12,8 @@ function's heavy ops run on) and, under the shim, ``misplaced`` (heavy ops
 the placement check flags in the train, test and predict functions); in
 layer-wise mode also ``layer_contexts`` and ``placement_errors``; in
 layer-wise and sharded batch-wise mode ``memory`` (resident and planned
-bytes per context, see ``resident_and_planned``); under
+bytes per context, see ``resident_and_planned``); under the shim ``split``
+and ``theano_copies`` (see ``split_weights``); under
 MPI ``collectives`` (the MPI ops of the train function).  Runs unchanged on
 any backend.
 """
@@ -288,6 +289,33 @@ def heavy_op_contexts(theano_function):
     return counts
 
 
+def split_weights(model):
+    """(for each trainable weight, its first axis's rows and the rows of each
+    of its blocks, none where it is whole: [[rows, block rows...]] padded
+    with -1; the number of Theano's own copies between contexts (GpuToGpu,
+    which keeps no placement) of a weight's value in the train function);
+    None on another backend."""
+    if os.environ.get('KERAS_BACKEND') != 'theano_multigpu':
+        return None
+    model = getattr(model, 'model', model)
+    rows = [[w.get_value(borrow=True).shape[0]]
+            + [b.stop - b.start for b in (getattr(w, 'blocks', None) or [])]
+            for w in model.trainable_weights if w.ndim >= 1]
+    width = max(len(r) for r in rows)
+    copies = [node for node in model.train_function.function.maker.fgraph.toposort()
+              if type(node.op).__name__ == 'GpuToGpu' and _shared_source(node.inputs[0])]
+    return np.array([r + [-1] * (width - len(r)) for r in rows]), len(copies)
+
+
+def _shared_source(variable):
+    """Whether ``variable`` is a shared variable's value, made contiguous
+    or not."""
+    from theano.compile import SharedVariable
+    if variable.owner is not None and type(variable.owner.op).__name__ == 'GpuContiguous':
+        variable = variable.owner.inputs[0]
+    return isinstance(variable, SharedVariable)
+
+
 def misplaced_heavy_ops(model):
     """Heavy ops of the compiled functions that the shim's placement check
     flags, as strings; None on another backend."""
@@ -406,6 +434,9 @@ def main():
         placement = layer_placement(model)
         if placement is not None:
             results[name + '/layer_contexts'], results[name + '/placement_errors'] = placement
+        split = split_weights(model)
+        if split is not None:
+            results[name + '/split'], results[name + '/theano_copies'] = split
         memory = resident_and_planned(model)
         if memory is not None:
             results[name + '/memory'] = memory

@@ -9,7 +9,7 @@ from ..errors import ConfigurationError
 
 __all__ = ['MODES', 'CHECK_ACTIONS', 'BATCHNORM_MODES', 'SCAN_LOOPS', 'SAVE_ON', 'NAME_RE',
            'arrow_entries', 'parse_contexts_flag', 'parse_seconds',
-           'format_contexts', 'parse_name_list', 'parse_size', 'format_bytes',
+           'format_contexts', 'parse_name_list', 'parse_size', 'parse_split_size', 'format_bytes',
            'parse_device_memory', 'parse_layer_map']
 
 MODES = ('auto', 'batch', 'layer')
@@ -101,6 +101,18 @@ def parse_size(value, flag='multigpu.device_memory'):
             "received %r" % (flag, value))
     number, unit = match.groups()
     return int(float(number) * _UNITS[(unit or 'b').lower()])
+
+
+def parse_split_size(value):
+    """multigpu.shard_split: ``'off'`` -> None (no weight is split); a size
+    (``'64KiB'``, ``'0'``) -> its bytes."""
+    if value.strip().lower() == 'off':
+        return None
+    if not _SIZE_RE.match(value.strip()):
+        raise ConfigurationError(
+            "multigpu.shard_split expects off or a size such as 64KiB, 1MiB or 0 (bytes), "
+            "but received %r" % value)
+    return parse_size(value, 'multigpu.shard_split')
 
 
 def format_bytes(n):

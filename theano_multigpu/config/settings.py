@@ -17,7 +17,7 @@ from ..patch_targets import Attributes
 from . import devices, mesh
 from .flags import (BATCHNORM_MODES, CHECK_ACTIONS, MODES, NAME_RE, SAVE_ON, SCAN_LOOPS,
                     format_contexts, parse_contexts_flag, parse_device_memory, parse_layer_map,
-                    parse_name_list, parse_seconds)
+                    parse_name_list, parse_seconds, parse_split_size)
 
 __all__ = ['Setting', 'SETTINGS', 'SETTING', 'LEGACY_FLAGS', 'translate_legacy_value',
            'contexts_flag_value', 'on_theano_configparser']
@@ -135,6 +135,22 @@ SETTINGS = (
              "sums their gradients and updates it.  False: the master holds "
              "every weight and all optimizer state.  The same numbers either "
              "way."),
+    Setting(
+        'multigpu.shard_split', 'off', parse=parse_split_size, example='0',
+        summary="sharded batch-wise: a weight of at least this size is split "
+                "into one block of rows per context (``64KiB``, ``0``: every "
+                "weight that can be); ``off``: each weight has one owner",
+        help="Sharded batch-wise mode: a weight of at least this size (e.g. "
+             "64KiB; 0: every weight) with at least as many rows as there are "
+             "contexts is split along its first axis into one block of rows "
+             "per context, and its optimizer state with it.  Each step every "
+             "context gathers the whole weight from the blocks, sends each "
+             "block its gradient and updates its own block: every context "
+             "holds 1/N of the weight and its state, and sends and receives "
+             "2(N-1)/N of the weight's bytes.  A weight whose update reads "
+             "across its rows (a custom constraint with a dot or a sort) keeps "
+             "one owner, as do smaller weights.  off: every weight has one "
+             "owner.  The same numbers either way."),
     Setting(
         'multigpu.check', 'warn', kind='choice', choices=CHECK_ACTIONS,
         example='error',

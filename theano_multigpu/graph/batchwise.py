@@ -19,13 +19,15 @@ the batch among the ranks first.
 """
 from theano import gof, tensor
 from theano.compile import SharedVariable
-from theano.gpuarray.basic_ops import HostFromGpu
+from theano.gpuarray.basic_ops import HostFromGpu, host_from_gpu
 from theano.gpuarray.type import GpuArrayType
 from theano.tensor.opt import Assert
 
-from .gradients import real_gradients, stand_ins_in
-from .placed import (PlacedVariable, check_no_placeholder, host_view, placed_replacements,
-                     value_holder)
+from ..errors import ConfigurationError
+from .blocks import split_updates
+from .gradients import gradient_stand_ins, real_gradients, stand_ins_in
+from .placed import (PlacedVariable, check_no_placeholder, holders, is_placed,
+                     placed_replacements, read_on, value_holder)
 from .replace import Rebuilder, replaced
 from .rows import find_rows_meeting, slice_bounds
 from .transfer import HOST, on_context
@@ -148,8 +150,8 @@ def _replica(frontier, inputs, context, bounds, whole, batch_size, without_batch
     for variable in gof.graph.inputs(frontier):
         if id(variable) in inputs and variable.ndim >= 1:
             replace[variable] = place(variable[start:stop])
-        elif isinstance(variable, PlacedVariable) and variable.placed is not None:
-            replace[variable] = place(host_view(variable))   # a copy from its owner
+        elif is_placed(variable):   # copied from its owner, or gathered from its blocks
+            replace[variable] = read_on(variable, context)
     if context != HOST:
         for node in gof.graph.io_toposort(gof.graph.inputs(frontier), frontier):
             source = node.inputs[0] if isinstance(node.op, HostFromGpu) else None
@@ -158,7 +160,8 @@ def _replica(frontier, inputs, context, bounds, whole, batch_size, without_batch
     for variable, axis in whole:
         # What it reads of a sharded weight, read where the weight lives (a
         # replacement's own graph is not searched for keys).
-        source = replaced([variable], placed_replacements(gof.graph.inputs([variable])))[0]
+        source = replaced([variable], placed_replacements(gof.graph.inputs([variable]),
+                                                          context))[0]
         replace[variable] = place(rows_of(source, axis, bounds, batch_size))
     return Rebuilder(replace, rebuilt_op=without_batch_size)
 
@@ -182,6 +185,9 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
     meet, the master computes over the whole batch (``whole_batch``).
     """
     gather = gather or LocalGather()
+    contexts = [mesh.graph_name(name) for name in mesh.names] or [HOST]
+    master = HOST if contexts == [HOST] else mesh.graph_name(mesh.master)
+    outputs, updates = _by_block(outputs, updates, master)
     update_values = [new for _, new in updates]
     roots = list(outputs) + update_values
     stand_ins = stand_ins_in(roots)
@@ -195,18 +201,16 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
         if stand_ins:
             raise RuntimeError('K.gradients was called on a graph with no Keras '
                                'layer output; batch-wise mode cannot split it')
-        return _unsplit(outputs, updates)
+        return _unsplit(outputs, updates, master)
 
     input_ids = set(id(v) for v in inputs)
     batch_inputs = [v for v in gof.graph.inputs(frontier) if id(v) in input_ids and v.ndim >= 1]
     if not batch_inputs:
-        return _unsplit(outputs, updates)
+        return _unsplit(outputs, updates, master)
     state_reads = _state_reads(frontier, state_ids)
     describe = describe or (lambda node: (None, False))
     found = find_rows_meeting(batch_inputs + state_reads, frontier, describe, sync_batchnorm)
     batch_size = batch_inputs[0].shape[0]
-    contexts = [mesh.graph_name(name) for name in mesh.names] or [HOST]
-    master = HOST if contexts == [HOST] else mesh.graph_name(mesh.master)
     # What a replica reads of a whole-batch value (its rows of a tensor
     # computed over the whole batch) is read once that value is built.
     after_whole = _downstream(frontier, [v for w in found.computed_whole
@@ -287,9 +291,10 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
         for k in unjoined:
             gathered[frontier[k]] = for_the_loss([computed[k]],
                                                  purpose_of(layer_of(frontier[k])))[0]
-    # What reads a sharded weight outside the layers (a regulariser, its
-    # update) reads it where it lives.
-    gathered.update(placed_replacements(gof.graph.inputs(roots + losses)))
+    # What reads a sharded weight outside the layers (a regulariser, the
+    # update of a weight with one owner) reads it where it lives, or, split,
+    # gathered on the master.
+    gathered.update(placed_replacements(gof.graph.inputs(roots + losses), master))
     gathered.update(_on_master(roots + losses, input_ids, batch_inputs, mesh, contexts))
     gathered.update(gather.gradients(stand_ins, dict(gathered), value_holder))
 
@@ -318,15 +323,68 @@ def _on_master(roots, input_ids, batch_inputs, mesh, contexts):
                 if id(v) in input_ids and id(v) not in read and v.ndim >= 1)
 
 
-def _unsplit(outputs, updates):
+def _unsplit(outputs, updates, master):
     """(outputs, updates, split) of a function computed as it is, on the
-    master: a sharded weight read where it lives, written there."""
+    master: a sharded weight read where it lives (gathered on the master,
+    split), written there."""
     roots = list(outputs) + [new for _, new in updates]
-    roots = replaced(roots, placed_replacements(gof.graph.inputs(roots)))
+    roots = replaced(roots, placed_replacements(gof.graph.inputs(roots), master))
     check_no_placeholder(roots, 'batch-wise rewrite', _SHARD_OFF)
     return (roots[:len(outputs)],
             [(value_holder(var), new) for (var, _), new in zip(updates, roots[len(outputs):])],
             Split([], []))
+
+
+def _by_block(outputs, updates, master):
+    """(outputs, updates) with the update of each variable split into
+    blocks of rows (``placed.place_blocks``: a weight, its optimizer state)
+    replaced by one update per block, computed from that block of the
+    weight, its state and its gradient (``blocks.split_updates``) and
+    written to the block where it lives: its ops run there, on a stand-in
+    for the gradient of that block alone, which the gradients of the
+    replicas' gathered copies are summed into on that context (the mirror
+    of the gather: a reduce-scatter).  Whatever else reads a split weight's
+    gradient (the update of a weight with one owner, under clipnorm; an
+    output) reads it gathered on ``master``."""
+    roots = list(outputs) + [new for _, new in updates]
+    stand_ins = stand_ins_in(roots)
+    split = {}
+    # (A function may read a split weight only through its gradient.)
+    for variable in (gof.graph.inputs(roots) + [v for v, _ in updates]
+                     + [s.tag.multigpu_gradient.param for s in stand_ins]):
+        if isinstance(variable, PlacedVariable) and variable.blocks is not None:
+            split[variable] = [(block.start, block.stop) for block in variable.blocks]
+    if not split:
+        return outputs, updates
+    cut, block_stand_ins = dict(split), {}
+    for stand_in in stand_ins:
+        param = stand_in.tag.multigpu_gradient.param
+        if param in split:
+            cut[stand_in] = split[param]
+            block_stand_ins[stand_in] = [
+                gradient_stand_ins(stand_in.tag.multigpu_gradient.loss, [holder])[0]
+                for holder in holders(param)]
+
+    def block_leaf(leaf, k):
+        if leaf in block_stand_ins:
+            return block_stand_ins[leaf][k]
+        return host_from_gpu(leaf.blocks[k].variable)
+    by_block, refused = split_updates(updates, cut, block_leaf)
+    if refused:
+        raise ConfigurationError(
+            'sharded batch-wise mode split %s into blocks of rows (multigpu.shard_split) '
+            'when a function first read it, and expects every later function to update it '
+            'block by block; but %s Weights are placed once: to keep them whole, set '
+            'multigpu.shard_split=off, or above their size, before the script compiles its '
+            'first function.' % (', '.join(sorted(str(v) for v in refused)),
+                                 next(iter(refused.values()))))
+    gathered = dict((s, tensor.concatenate([on_context(b, master) for b in blocks], axis=0))
+                    for s, blocks in block_stand_ins.items())
+    kept = [(v, new) for v, new in updates if v not in cut]
+    rest = replaced(list(outputs) + [new for _, new in kept], gathered)
+    return (rest[:len(outputs)],
+            [(v, new) for (v, _), new in zip(kept, rest[len(outputs):])]
+            + [(variable.blocks[k].variable, new) for variable, k, new in by_block])
 
 
 def _reading(inputs, outputs):

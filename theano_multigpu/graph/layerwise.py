@@ -17,7 +17,7 @@ adapter's): it passes ``layer_calls(roots)``, returning LayerCalls.
 from theano import gof
 
 from .gradients import real_gradients, rewritten_stand_ins, stand_ins_in
-from .placed import (PlacedVariable, check_no_placeholder, optimizer_state_owners,
+from .placed import (PlacedVariable, check_no_placeholder, is_placed, optimizer_state_owners,
                      placed_replacements, value_holder)
 from .plan import function_plan, layer_context, place, plan_layers
 from .replace import replaced
@@ -94,7 +94,7 @@ def _place(calls, owners, roots, mesh):
         for variable in call.variables:
             where.setdefault(id(variable), layer_context(call.layer))
     for variable in gof.graph.inputs(roots):
-        if isinstance(variable, PlacedVariable) and variable.placed is None:
+        if isinstance(variable, PlacedVariable) and not is_placed(variable):
             _, owner = owners.get(id(variable), (None, None))
             name = where.get(id(variable)) or where.get(id(owner)) or mesh.master
             place(variable, name, mesh)

@@ -23,9 +23,10 @@ from theano.tensor.sharedvar import TensorSharedVariable
 
 from ..patch_targets import CodeNames
 from .rows import checked_bounds
+from .transfer import HOST, on_context
 
-__all__ = ['PlacedVariable', 'Block', 'new_variable', 'is_placed', 'host_view',
-           'placed_replacements', 'value_holder', 'check_no_placeholder',
+__all__ = ['PlacedVariable', 'Block', 'new_variable', 'is_placed', 'holders', 'host_view',
+           'placed_replacements', 'read_on', 'value_holder', 'check_no_placeholder',
            'optimizer_state_owners']
 
 # ``place`` drops the functions ``Variable.eval`` keeps in ``_fn_cache``.
@@ -179,6 +180,14 @@ def is_placed(variable):
         variable.placed is not None or variable.blocks is not None)
 
 
+def holders(variable):
+    """The GPU shared variables that hold a placed variable's value: its
+    copy, or its blocks' in row order; [] for one not placed."""
+    if isinstance(variable, PlacedVariable) and variable.blocks is not None:
+        return [block.variable for block in variable.blocks]
+    return [variable.placed] if is_placed(variable) else []
+
+
 def host_view(variable):
     """The host-typed view of a placed variable's value, one per variable
     (kept on it: freed with it): its copy's host view, or the join along
@@ -194,9 +203,27 @@ def host_view(variable):
     return view
 
 
-def placed_replacements(variables):
-    """{placed variable: its host view} for those of ``variables`` placed."""
-    return dict((v, host_view(v)) for v in variables if is_placed(v))
+def placed_replacements(variables, context=HOST):
+    """{placed variable: what a graph on graph context ``context`` reads}
+    for those of ``variables`` placed: a copy's host view (computed with
+    where the copy lives), or a split variable's value gathered on
+    ``context`` (``read_on``; None is Theano's default context)."""
+    return dict((v, read_on(v, context) if v.blocks is not None else host_view(v))
+                for v in variables if is_placed(v))
+
+
+def read_on(variable, context):
+    """A placed variable's whole value, host-typed, computed with on graph
+    context ``context`` (None: Theano's default context; HOST: the host
+    view, which Theano computes with where its first block lives): its copy
+    moved there, or its blocks moved there and joined along the first axis
+    (a block already there is read in place)."""
+    if context == HOST:
+        return host_view(variable)
+    if variable.blocks is None:
+        return on_context(host_view(variable), context)
+    return theano.tensor.concatenate(
+        [on_context(host_from_gpu(h), context) for h in holders(variable)], axis=0)
 
 
 def value_holder(variable):

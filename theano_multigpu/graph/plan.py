@@ -18,10 +18,11 @@ from ..config.devices import free_memory
 from ..config.flags import parse_device_memory, parse_layer_map
 from ..config.session import current_session
 from . import planner
+from .placed import is_placed
 from .placement import context_of
 
 __all__ = ['Plans', 'plans', 'current_plan', 'layer_context', 'layer_needs', 'plan_layers',
-           'function_plan', 'budgets_of', 'hold', 'place', 'held_bytes', 'planned_bytes',
+           'function_plan', 'budgets_of', 'hold', 'place', 'place_blocks', 'held_bytes', 'planned_bytes',
            'nbytes']
 
 
@@ -64,6 +65,14 @@ def place(variable, name, mesh):
     """Place PlacedVariable ``variable`` on context ``name``, and count it."""
     variable.place(mesh.graph_name(name))
     plans().placed[variable.placed] = name
+
+
+def place_blocks(variable, parts, mesh):
+    """Split PlacedVariable ``variable`` into blocks of rows, ``parts``:
+    [(context name, start, stop)], and count each block where it lives."""
+    variable.place_blocks([(mesh.graph_name(name), start, stop) for name, start, stop in parts])
+    for (name, _, _), block in zip(parts, variable.blocks):
+        plans().placed[block.variable] = name
 
 
 def _bytes_by_context(where, mesh, variables):
@@ -184,11 +193,11 @@ def plan_layers(calls, owners, mesh, batch_rows, others=()):
     claimed = {}
     for call in new:
         for variable in call.variables:
-            if id(variable) not in claimed and variable.placed is None:
+            if id(variable) not in claimed and not is_placed(variable):
                 claimed[id(variable)] = by_layer[id(call.layer)]
                 claimed[id(variable)].weights += variable.nbytes
     for state, weight in owners.values():
-        if id(state) not in claimed and id(weight) in claimed and state.placed is None:
+        if id(state) not in claimed and id(weight) in claimed and not is_placed(state):
             claimed[id(weight)].state += state.nbytes
     budgets, given = budgets_of(mesh), budgets_of(mesh, given_only=True)
     held = held_bytes(mesh)   # collects the dead layers, for ``bytes_on``

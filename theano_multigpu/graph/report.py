@@ -132,7 +132,8 @@ def _split_lines(split, mesh, copied):
         lines.append('    %s: %s; %s' % (layer, format_bytes(copied.get(purpose_of(layer), 0)),
                                          '; '.join(whys)))
     if mesh.sharded:
-        lines.append("  on each weight's owner: the sum of its gradients and its update")
+        lines.append("  on each weight's owner (split: on each block's context): the sum of "
+                     "its gradients and its update")
     return '\n'.join(lines)
 
 

@@ -1,32 +1,43 @@
-"""Sharded batch-wise mode: which context owns each weight.
+"""Sharded batch-wise mode: where each weight lives.
 
 Weights are PlacedVariables (``placed``), as in layer-wise mode.  Before a
 batch-wise function compiles, the weights it reads that no earlier function
-placed get an owner: each weight with its optimizer state (the accumulators
-its update alone reads) is one unit, and the planner spreads the units over
-the contexts to balance bytes, counting what the contexts hold already (the
-weights placed before, and every other shared variable where it lives:
-random generators' states, on the master).  The batch-wise rewrite then
-reads each weight on its owner, where its gradient is summed and its update
-computed.
+placed are placed, each with its optimizer state (the accumulators its
+update alone reads):
 
-The plan counts what it placed (``plan.planned_bytes``), for the next plan
-and the placement report.
+- split (``multigpu.shard_split``): a weight of at least that many bytes,
+  with at least one row per context, whose state has its shape and whose
+  update and its state's can be computed block by block (``blocks``), is cut
+  along its first axis into one block of rows per context, in the contexts'
+  order, its state at the same rows;
+- whole: every other weight is one unit with its state, and the planner
+  spreads the units over the contexts to balance bytes, counting what the
+  contexts hold already (the blocks, the weights placed before, and every
+  other shared variable where it lives: random generators' states, on the
+  master).
+
+The batch-wise rewrite then reads each weight gathered from where it lives,
+sums each block's gradient on its context and updates it there.  The plan
+counts what it placed (``plan.planned_bytes``), for the next plan and the
+placement report.
 """
-from . import planner
-from .placed import PlacedVariable, optimizer_state_owners
-from .placement import context_of
-from .plan import budgets_of, hold, nbytes, place, planned_bytes
+import theano
 
-__all__ = ['place_shards']
+from ..config.flags import parse_split_size
+from . import planner
+from .blocks import split_updates
+from .placed import PlacedVariable, holders, is_placed, optimizer_state_owners
+from .placement import context_of
+from .plan import budgets_of, hold, nbytes, place, place_blocks, planned_bytes
+from .rows import slice_bounds
+
+__all__ = ['place_shards', 'weights_to_split']
 
 
 def _units(weights, owners):
     """[LayerNeeds] of ``weights`` (unplaced), each with its optimizer state
     (``owners``: {id(state): (state, weight)}), and {unit name: [variables]}."""
-    state_of = {}
-    for state, weight in owners.values():
-        state_of.setdefault(id(weight), []).append(state)
+    state_of = _states_of(owners)
     states = set(id(s) for ss in state_of.values() for s in ss)
     needs, members = [], {}
     for weight in weights:
@@ -42,45 +53,153 @@ def _units(weights, owners):
     return needs, members
 
 
-def place_shards(variables, updates, params, mesh):
-    """Give every unplaced PlacedVariable of ``variables`` (the shared
-    variables a function reads or updates) an owner context and place it;
-    ``updates`` (pairs) tell which optimizer state goes with which of
-    ``params`` (the weights gradients are taken of: a stateful layer's
-    state is not one, though its update alone reads the layer's weights).
-    Raises PlanError, before compiling, when a context cannot hold its
-    share (with multigpu.device_memory, or what the device reports)."""
+def _states_of(owners):
+    """{id(weight): [its optimizer state]} of ``owners``."""
+    state_of = {}
+    for state, weight in owners.values():
+        state_of.setdefault(id(weight), []).append(state)
+    return state_of
+
+
+def weights_to_split(weights, owners, updates, stand_ins, contexts, split_before=()):
+    """{id(weight): (weight, [its state])} of those of ``weights`` (unplaced
+    weights gradients are taken of) that ``multigpu.shard_split`` splits
+    over ``contexts`` (a count): at least that many bytes, a row per
+    context, state of the weight's shape, and the updates of the weight
+    and of its state computable block by block (``blocks.split_updates``
+    on the host graph, with ``split_before``, the variables split by an
+    earlier function, cut at their blocks; ``stand_ins``: the gradient
+    stand-ins the updates read)."""
+    threshold = parse_split_size(theano.config.multigpu.shard_split)
+    if threshold is None or contexts < 2:
+        return {}
+    state_of = _states_of(owners)
+    chosen = dict((id(w), (w, state_of.get(id(w), []))) for w in weights
+                  if w.ndim >= 1 and w.get_value(borrow=True).shape[0] >= contexts
+                  and nbytes(w) >= threshold
+                  and all(s.get_value(borrow=True).shape == w.get_value(borrow=True).shape
+                          for s in state_of.get(id(w), [])))
+    # A refused weight is read whole by the others' blocks: the second
+    # split refuses none (see split_updates); a third pass is a bug.
+    before = dict((v, [(b.start, b.stop) for b in v.blocks]) for v in split_before)
+    for _ in range(3):
+        cut = dict(before)
+        cut.update((s, before[s.tag.multigpu_gradient.param]) for s in stand_ins
+                   if s.tag.multigpu_gradient.param in before)
+        for weight, states in chosen.values():
+            bounds = slice_bounds(weight.get_value(borrow=True).shape[0], contexts)
+            cut.update((leaf, bounds) for leaf in [weight] + states)
+            cut.update((s, bounds) for s in stand_ins
+                       if s.tag.multigpu_gradient.param is weight)
+        _, refused = split_updates(updates, cut, lambda leaf, k: leaf.type())
+        if not refused:
+            return chosen
+        for variable in refused:
+            for key, (weight, states) in list(chosen.items()):
+                if variable is weight or any(variable is s for s in states):
+                    del chosen[key]
+    raise RuntimeError('the split of the weights refused weights again after those it '
+                       'refused were kept whole; please report this with the model')
+
+
+def place_shards(variables, updates, stand_ins, mesh):
+    """Place every unplaced PlacedVariable of ``variables`` (the shared
+    variables a function reads or updates): split into blocks, or whole on
+    an owner context (see the module docstring).  ``updates`` (pairs) tell
+    which optimizer state goes with which weight gradients are taken of
+    (the params of ``stand_ins``: a stateful layer's state is not one,
+    though its update alone reads the layer's weights).  Raises PlanError,
+    before compiling, when a context cannot hold its share (with
+    multigpu.device_memory, or what the device reports)."""
     placed = [v for v in variables if isinstance(v, PlacedVariable)]
     placed_ids = set(id(v) for v in placed)
-    owners = optimizer_state_owners(updates, [p for p in params if id(p) in placed_ids])
+    params = [s.tag.multigpu_gradient.param for s in stand_ins]
+    params = [p for k, p in enumerate(params) if id(p) in placed_ids
+              and all(q is not p for q in params[:k])]
+    owners = optimizer_state_owners(updates, params)
     for key, (state, weight) in list(owners.items()):
-        if state.placed is not None:
+        if is_placed(state):
             del owners[key]
-        elif weight.placed is not None:   # it joins its weight, placed before
-            place(state, context_of(weight.placed, mesh), mesh)
+        elif is_placed(weight):   # it joins its weight, placed before
+            _place_with(state, weight, mesh)
             del owners[key]
     hold(variables, mesh)
-    needs, members = _units([v for v in placed if v.placed is None], owners)
-    if not needs:
+    unplaced = [p for p in params if not is_placed(p)]
+    split_before = [v for v in variables + params
+                    if isinstance(v, PlacedVariable) and v.blocks is not None]
+    split = weights_to_split(unplaced, owners, updates, stand_ins, len(mesh.names),
+                             split_before)
+    parts, block_needs = _blocks(split.values(), mesh)
+    split_ids = set(id(v) for weight, states in split.values() for v in [weight] + states)
+    needs, members = _units([v for v in placed if not is_placed(v) and id(v) not in split_ids],
+                            owners)
+    if not needs and not block_needs:
         return
     loads = planned_bytes(mesh)
+    for need, name in block_needs:
+        loads[name] = loads.get(name, 0) + need.total
     budgets = budgets_of(mesh)
     # Balanced by the budgets given (multigpu.device_memory), not by the
     # free memory devices report, which moves with every allocation: the
     # same script would place its weights differently from run to run.
     given = budgets_of(mesh, given_only=True)
     contexts = planner.owners_balanced(needs, mesh.names, given, loads)
-    earlier = [(nbytes(p.placed), context_of(p.placed, mesh)) for p in params
-               if id(p) in placed_ids and p.placed is not None]
-    elsewhere = dict((name, sum(n for n, where in earlier if where != name))
+    contexts.update((need.name, name) for need, name in block_needs)
+    # During a step each context holds a copy of every weight it does not
+    # hold whole: a split weight's copy is the join of all its blocks, its
+    # own block included.
+    earlier = [(nbytes(h), context_of(h, mesh), p.blocks is not None)
+               for p in params if is_placed(p) for h in holders(p)]
+    elsewhere = dict((name, sum(n for n, where, split in earlier if split or where != name))
                      for name in mesh.names)
+    for need, name in block_needs:
+        elsewhere[name] += need.weights
     # A device's free memory excludes what it holds already.
-    held = dict((name, loads[name] if given[name] is not None else 0) for name in mesh.names)
-    planner.check_shards_fit(needs, contexts, mesh.names, budgets, held, elsewhere)
+    planned = planned_bytes(mesh)
+    held = dict((name, planned[name] if given[name] is not None else 0) for name in mesh.names)
+    planner.check_shards_fit(needs + [need for need, _ in block_needs], contexts, mesh.names,
+                             budgets, held, elsewhere)
+    for variable, variable_parts in parts:
+        place_blocks(variable, variable_parts, mesh)
     for need in needs:
         for variable in members[need.name]:
             place(variable, contexts[need.name], mesh)
-    left = [v for v in placed if v.placed is None]
+    left = [v for v in placed if not is_placed(v)]
     if left:
         raise RuntimeError('sharded plan left %s unplaced; please report this with the '
                            'model' % ', '.join(str(v) for v in left[:5]))
+
+
+def _blocks(split, mesh):
+    """([(variable, [(context name, start, stop)])], [(LayerNeeds of a
+    block with its state's, its context name)]) of the ``split`` weights
+    ((weight, [state]) pairs): block k of each on the mesh's context k."""
+    parts, needs, names = [], [], set()
+    for weight, states in split:
+        rows = weight.get_value(borrow=True).shape[0]
+        row_bytes = nbytes(weight) // rows
+        state_row_bytes = sum(nbytes(s) for s in states) // rows
+        bounds = slice_bounds(rows, len(mesh.names))
+        weight_parts = [(name, start, stop) for name, (start, stop) in zip(mesh.names, bounds)]
+        parts += [(v, weight_parts) for v in [weight] + states]
+        label = weight.name or 'weight'
+        if label in names:   # the fit check counts each block by its name
+            label = '%s#%d' % (label, len(names))
+        names.add(label)
+        needs += [(planner.LayerNeeds('%s[%d:%d]' % (label, start, stop),
+                                      weights=row_bytes * (stop - start),
+                                      state=state_row_bytes * (stop - start)), name)
+                  for name, start, stop in weight_parts]
+    return parts, needs
+
+
+def _place_with(state, weight, mesh):
+    """Place optimizer ``state`` where its ``weight``, placed before, lives:
+    at its blocks' rows where the weight is split and the shapes agree,
+    else whole on the context of the weight's first holder."""
+    if weight.blocks is not None and (state.get_value(borrow=True).shape
+                                      == weight.get_value(borrow=True).shape):
+        place_blocks(state, [(context_of(b.variable, mesh), b.start, b.stop)
+                             for b in weight.blocks], mesh)
+    else:
+        place(state, context_of(holders(weight)[0], mesh), mesh)

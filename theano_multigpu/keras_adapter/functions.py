@@ -38,8 +38,7 @@ def compile_function(keras_function, inputs, outputs, updates, kwargs, title):
     if mesh.sharded:
         from ..graph import sharding
         from ..graph.gradients import stand_ins_in
-        params = [s.tag.multigpu_gradient.param for s in stand_ins_in(roots)]
-        sharding.place_shards(_weights_read(roots, updates), updates, params, mesh)
+        sharding.place_shards(_weights_read(roots, updates), updates, stand_ins_in(roots), mesh)
     mpi = None
     if ranks is not None:
         mpi = (ranks, _agreed(outputs, updates, title))
