@@ -330,6 +330,7 @@ def test_info_on_two_contexts(home):
     assert re.search(r'^  multigpu.master +dev1$', out, re.M)
     assert re.search(r'^  effective mode +batch, weights sharded$', out, re.M)
     assert re.search(r'^  multigpu.shard +True$', out, re.M)
+    assert re.search(r'^  multigpu.shard_split +off$', out, re.M)
 
 
 def test_info_without_contexts(home):

@@ -5,6 +5,7 @@ Exits non-zero, with the reason, when the configuration cannot work.
 import platform
 import sys
 
+from ..config.flags import format_bytes, parse_split_size
 from ..config.settings import SETTINGS
 
 
@@ -57,11 +58,22 @@ def collect():
             getattr(theano.config.multigpu, setting.option))
     settings.update({
         'scan loop in use': compiled_scan.loop_description(),
-        'effective mode': mesh.mode + (', weights sharded' if mesh.sharded else ''),
+        'effective mode': mesh.mode + _sharding(mesh),
         'MPI ranks': world_size(),
         'blas.ldflags': theano.config.blas.ldflags,
     })
     return {'versions': facts, 'contexts': contexts, 'settings': settings}
+
+
+def _sharding(mesh):
+    """How the effective mode places the weights, as info's line ends."""
+    if not mesh.sharded:
+        return ''
+    import theano
+    split = parse_split_size(theano.config.multigpu.shard_split)
+    if split is None:
+        return ', weights sharded'
+    return ', weights sharded, those of %s or more split into blocks of rows' % format_bytes(split)
 
 
 def _devices_found():
