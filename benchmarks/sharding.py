@@ -1,18 +1,23 @@
-"""Sharded batch-wise mode against the master holding every weight, on pocl.
+"""Sharded batch-wise mode, weights split into blocks of rows and whole on
+owners, against the master holding every weight, on pocl.
 
-For the MLP and the CNN at 2 and 4 contexts, sharded (multigpu.shard, the
-default) and not, each in a long-lived worker (benchmarks/step_worker.py):
+For the MLP and the CNN at 2 and 4 contexts, in three layouts, each in a
+long-lived worker (benchmarks/step_worker.py): ``split``, every weight with
+a row per context split into one block per context
+(multigpu.shard_split=0); ``whole``, each weight on one owner
+(multigpu.shard_split=off); ``master``, the master holding every weight
+(multigpu.shard=False):
 
 - the busiest context's bytes per step, sent or received (whichever is
   more) between contexts, over the ring all-reduce's 2(N-1)/N x the
-  parameter bytes, each way (goal <= 1.15 sharded; a master holding every
+  parameter bytes, each way (goal <= 1.15 split; a master holding every
   weight moves about N/2, plus the activations);
 - the largest context's resident bytes over the mean (goal <= 1.10
-  sharded; the master alone holds everything);
-- the step time sharded over master-only (the driver asks the workers in
-  turn for one step at a time, rotating the order, so all see the same
-  machine noise; pocl runs one device at a time, so this is the cost of
-  the bookkeeping, not of the links).
+  split; the master alone holds everything);
+- the step time split over whole and over master-only (the driver asks
+  the workers in turn for one step at a time, rotating the order, so all
+  see the same machine noise; pocl runs one device at a time, so this is
+  the cost of the bookkeeping, not of the links).
 
 The busiest-link figures are drawn in benchmarks/sharding.png.
 
@@ -28,9 +33,12 @@ from one_context import models_main, shim_workers  # noqa: E402
 COMMAND = 'python benchmarks/sharding.py'
 NAMES = ['dev0->opencl0:0', 'dev1->opencl0:1', 'dev2->opencl0:0', 'dev3->opencl0:1']
 COUNTS = (2, 4)
+# The layouts and their settings, compared in this order.
+LAYOUTS = (('split', 'multigpu.shard_split=0'), ('whole', 'multigpu.shard_split=off'),
+           ('master', 'multigpu.shard=False'))
 CONFIGURATIONS = dict(
-    ((n, sharded), 'contexts=%s,multigpu.mode=batch,multigpu.shard=%s'
-     % (';'.join(NAMES[:n]), sharded)) for n in COUNTS for sharded in (True, False))
+    ((n, layout), 'contexts=%s,multigpu.mode=batch,%s' % (';'.join(NAMES[:n]), flags))
+    for n in COUNTS for layout, flags in LAYOUTS)
 PLOT = os.path.join(REPO, 'benchmarks', 'sharding.png')
 
 
@@ -52,7 +60,7 @@ def _measure_one(rounds, name):
         steps, traffic = dict((key, []) for key in workers), {}
         for key, worker in workers.items():
             built = worker.ask({'build': name})
-            print('  built %-5s on %d contexts (sharded %s) in %.1f s'
+            print('  built %-5s on %d contexts (%s) in %.1f s'
                   % (name, key[0], key[1], built['seconds']), flush=True)
             traffic[key] = worker.ask({'traffic': name})
         order = list(workers)
@@ -84,31 +92,38 @@ def figures_for(steps, traffic):
             'of the batch left out), measured by the shim\'s transfers'
     for name in steps:
         for n in COUNTS:
-            sharded, master = traffic[name][(n, True)], traffic[name][(n, False)]
-            for label, key, value, other, goal in (
+            layouts = dict((layout, traffic[name][(n, layout)]) for layout, _ in LAYOUTS)
+            for label, measure, goal in (
                     ('busiest context\'s bytes per step over 2(N-1)/N x parameter bytes',
-                     'busiest', busiest_link(sharded, n), busiest_link(master, n), '<= 1.15'),
-                    ('largest resident bytes over the mean', 'resident',
-                     resident_spread(sharded), resident_spread(master), '<= 1.10')):
-                print('  %-5s %d contexts, %s: sharded %.3f, master-only %.3f'
-                      % (name, n, label, value, other))
+                     lambda t: busiest_link(t, n), '<= 1.15'),
+                    ('largest resident bytes over the mean', resident_spread, '<= 1.10')):
+                values = dict((layout, measure(t)) for layout, t in layouts.items())
+                print('  %-5s %d contexts, %s: %s' % (name, n, label, ', '.join(
+                    '%s %.3f' % (layout, values[layout]) for layout, _ in LAYOUTS)))
                 figures.append({
                     'name': 'sharding/pocl/%s %s, %d contexts' % (name, label, n),
-                    'value': round(value, 3), 'unit': 'ratio', 'goal': goal,
+                    'value': round(values['split'], 3), 'unit': 'ratio', 'goal': goal,
                     'command': COMMAND,
-                    'detail': {'master_only': round(other, 3), 'sharded': sharded,
-                               'master_only_traffic': master, 'where': where}})
-            one, many = median(steps[name][(n, False)]), median(steps[name][(n, True)])
-            print('  %-5s %d contexts, step: master-only %.2f ms, sharded %.2f ms, ratio %.3f'
-                  % (name, n, one * 1e3, many * 1e3, many / one))
-            figures.append({
-                'name': 'sharding/pocl/%s step time sharded over master-only, %d contexts'
-                        % (name, n),
-                'value': round(many / one, 4), 'unit': 'ratio',
-                'goal': 'no slower at 2 contexts' if n == 2 else '', 'command': COMMAND,
-                'detail': {'master_only_ms': one * 1e3, 'sharded_ms': many * 1e3,
-                           'steps_each': len(steps[name][(n, True)]),
-                           'where': 'pocl, batch 64; pocl runs one device at a time'}})
+                    'detail': {'whole_owners': round(values['whole'], 3),
+                               'master_only': round(values['master'], 3),
+                               'traffic': dict((layout, layouts[layout]) for layout in layouts),
+                               'where': where + '; value: weights split (shard_split=0)'}})
+            times = dict((layout, median(steps[name][(n, layout)])) for layout, _ in LAYOUTS)
+            print('  %-5s %d contexts, step: %s; split over whole %.3f, over master-only %.3f'
+                  % (name, n, ', '.join('%s %.2f ms' % (layout, times[layout] * 1e3)
+                                        for layout, _ in LAYOUTS),
+                     times['split'] / times['whole'], times['split'] / times['master']))
+            for other, label, goal in (('whole', 'weights whole on owners', '<= 1.05'),
+                                       ('master', 'master-only', '')):
+                figures.append({
+                    'name': 'sharding/pocl/%s step time split over %s, %d contexts'
+                            % (name, label, n),
+                    'value': round(times['split'] / times[other], 4), 'unit': 'ratio',
+                    'goal': goal, 'command': COMMAND,
+                    'detail': dict([('%s_ms' % layout, times[layout] * 1e3)
+                                    for layout, _ in LAYOUTS],
+                                   steps_each=len(steps[name][(n, 'split')]),
+                                   where='pocl, batch 64; pocl runs one device at a time')})
     draw(traffic)
     return figures
 
@@ -121,10 +136,12 @@ def draw(traffic, path=PLOT):
     figure, axes = plt.subplots(figsize=(6, 4), dpi=100)
     labels, positions = [], []
     for k, (name, n) in enumerate((name, n) for name in traffic for n in COUNTS):
-        for offset, sharded, colour in ((-0.2, False, 'tab:grey'), (0.2, True, 'tab:blue')):
-            axes.bar(k + offset, busiest_link(traffic[name][(n, sharded)], n), 0.4,
-                     color=colour, label=('sharded' if sharded else 'master holds all')
-                     if k == 0 else None)
+        for offset, layout, colour, label in (
+                (-0.27, 'master', 'tab:grey', 'master holds all'),
+                (0.0, 'whole', 'tab:orange', 'each weight on one owner'),
+                (0.27, 'split', 'tab:blue', 'weights split into blocks of rows')):
+            axes.bar(k + offset, busiest_link(traffic[name][(n, layout)], n), 0.27,
+                     color=colour, label=label if k == 0 else None)
         labels.append('%s, %d contexts' % (name, n))
         positions.append(k)
     axes.axhline(1.0, linestyle='--', color='black', linewidth=1, label='ring all-reduce')
@@ -143,8 +160,8 @@ def draw(traffic, path=PLOT):
 
 def main(argv=None):
     return models_main(argv, __doc__, 'mlp,cnn',
-                       'sharded batch-wise against the master holding every weight, pocl, '
-                       '2 and 4 contexts:', measure, figures_for)
+                       'sharded batch-wise, weights split and whole, against the master '
+                       'holding every weight, pocl, 2 and 4 contexts:', measure, figures_for)
 
 
 if __name__ == '__main__':
