@@ -325,14 +325,15 @@ FITS_WHEN_SHARDED = '''
 '''
 
 
-@pytest.mark.parametrize('flags', [TWO, FOUR], ids=['2 contexts', '4 contexts'])
+@pytest.mark.parametrize('flags', [TWO, FOUR + SPLIT], ids=['2 contexts', '4 contexts split'])
 def test_a_model_one_context_cannot_hold_trains_sharded_and_a_bigger_one_stops(home, flags):
     """Weights plus Adam's two states take 3 times the weights' bytes; with a
     budget of 2.5 times, one context cannot hold them, the sharded contexts
-    can (each holds its share and, during a step, a copy of every weight),
-    and each holds no more than the budget.  A model 4 times bigger fits no
-    plan: it stops before compiling, with the bytes needed and available
-    per context.  ``K.eval`` of a weight before it is placed and after reads
+    can (each holds its share and, during a step, a copy of every weight;
+    on 4 contexts each weight split into blocks of rows, its share a
+    quarter of each), and each holds no more than the budget.  A model 4
+    times bigger fits no plan: it stops before compiling, with the bytes
+    needed and available per context.  ``K.eval`` of a weight before it is placed and after reads
     its value, and (on 2 contexts) a trained LSTM called again on a new
     input computes what it computed in the model it trained in."""
     weights = 4 * (64 * 64 + 64) * 4
@@ -343,6 +344,8 @@ def test_a_model_one_context_cannot_hold_trains_sharded_and_a_bigger_one_stops(h
     assert int(lines['weights']) == weights and 3 * weights > budget
     resident = [int(n) for n in lines['resident'].split()]
     assert sum(resident) == 3 * weights and max(resident) <= budget, resident
+    if flags != TWO:   # split: 64 rows in blocks of 16, every context the same bytes
+        assert len(set(resident)) == 1, resident
     assert lines['moved'] == 'True'
     assert lines['eval'] == 'True True'   # K.eval reads the placed weight, not its placeholder
     assert lines.get('recurrent', 'True True') == 'True True'

@@ -1,7 +1,8 @@
 """A placed variable split into blocks of rows of its first axis, each on a
 context of its own: its whole value read, written and pickled, graphs read
-the join of its blocks, and bad parts are refused (one child Python, two
-pocl contexts)."""
+the join of its blocks, and bad parts are refused; a later update that
+cannot use its blocks stops with a ConfigurationError (one child Python,
+two pocl contexts)."""
 import json
 
 import numpy as np
@@ -75,6 +76,23 @@ CHILD = '''
     out['one part'] = [blocks_of(one), theano.function([], one + 0)().tolist()]
     out['whole'] = [whole.blocks is None, placed.value_holder(whole) is whole.placed,
                     theano.function([], whole + 0)().tolist(), whole.nbytes]
+
+    # A later function whose update of a weight split before reads across
+    # its rows stops, naming the weight and the op, before placing anything.
+    import theano.tensor as T
+    from theano_multigpu.errors import ConfigurationError
+    from theano_multigpu.graph import sharding
+    from theano_multigpu.graph.gradients import gradient_stand_ins
+    tied = placed.new_variable(np.ones((4, 3), 'float32'), 'float32', 'tied')
+    tied.place_blocks([('dev0', 0, 2), ('dev1', 2, 4)])
+    gradient, = gradient_stand_ins(T.scalar('loss'), [tied])
+    mixing = theano.shared(np.ones((4, 4), 'float32'), name='mixing')
+    try:
+        sharding.weights_to_split([], {}, [(tied, tied - T.dot(mixing, gradient))],
+                                  [gradient], 2, [tied])
+        out['refused after split'] = None
+    except ConfigurationError as error:
+        out['refused after split'] = str(error)
     print('RESULT ' + json.dumps(out))
 '''
 
@@ -85,7 +103,7 @@ def _blocks(value, parts):
 
 @needs_pocl
 def test_a_variable_in_blocks_reads_writes_and_pickles_its_whole_value(home):
-    result = run_python(home, code=CHILD, flags=TWO)
+    result = run_python(home, code=CHILD, flags=TWO + ',multigpu.shard_split=0')
     line = [l for l in result.stdout.splitlines() if l.startswith('RESULT ')][0]
     out = json.loads(line[len('RESULT '):])
     for name, value, parts in (
@@ -125,3 +143,7 @@ def test_a_variable_in_blocks_reads_writes_and_pickles_its_whole_value(home):
     rows = np.ones((5, 2), 'float32')
     assert out['one part'] == [_blocks(rows, [('dev1', 0, 5)]), rows.tolist()]
     assert out['whole'] == [True, True, (rows * 2).tolist(), rows.nbytes]
+    message = out['refused after split']
+    assert message is not None and message.startswith(
+        'sharded batch-wise mode split tied into blocks of rows'), message
+    assert 'received dot (Dot)' in message and 'multigpu.shard_split=off' in message, message

@@ -23,8 +23,7 @@ from theano.gpuarray.basic_ops import HostFromGpu, host_from_gpu
 from theano.gpuarray.type import GpuArrayType
 from theano.tensor.opt import Assert
 
-from ..errors import ConfigurationError
-from .blocks import split_updates
+from .blocks import refused_after_split, split_updates
 from .gradients import gradient_stand_ins, real_gradients, stand_ins_in
 from .placed import (PlacedVariable, check_no_placeholder, holders, is_placed,
                      placed_replacements, read_on, value_holder)
@@ -371,13 +370,7 @@ def _by_block(outputs, updates, master):
         return host_from_gpu(leaf.blocks[k].variable)
     by_block, refused = split_updates(updates, cut, block_leaf)
     if refused:
-        raise ConfigurationError(
-            'sharded batch-wise mode split %s into blocks of rows (multigpu.shard_split) '
-            'when a function first read it, and expects every later function to update it '
-            'block by block; but %s Weights are placed once: to keep them whole, set '
-            'multigpu.shard_split=off, or above their size, before the script compiles its '
-            'first function.' % (', '.join(sorted(str(v) for v in refused)),
-                                 next(iter(refused.values()))))
+        raise refused_after_split(refused)
     gathered = dict((s, tensor.concatenate([on_context(b, master) for b in blocks], axis=0))
                     for s, blocks in block_stand_ins.items())
     kept = [(v, new) for v, new in updates if v not in cut]

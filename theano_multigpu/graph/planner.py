@@ -286,12 +286,13 @@ def owners_balanced(needs, names, budgets, loads):
 def check_shards_fit(needs, owners, names, budgets, loads, weights_elsewhere=None):
     """Raise PlanError, with the bytes needed and available per context,
     when a context cannot hold what it holds already (``loads``), what it
-    owns (weights and their optimizer state) and, during a step, a copy of
-    every weight it does not own: those of ``needs``, and
-    ``weights_elsewhere`` ({context: bytes of the weights placed before,
-    on other contexts, that the function reads}).  Gradients and
-    activations are not counted.  ConfigurationError where a context has
-    no budget."""
+    owns (weights and their optimizer state, or blocks of split weights with
+    theirs) and, during a step, a copy of every weight of ``needs`` it does
+    not own, and ``weights_elsewhere`` ({context: bytes of the other copies
+    it holds during a step: weights placed before on other contexts, and
+    every block of a split weight, its own included, whose join is a whole
+    copy}).  Gradients and activations are not counted.  ConfigurationError
+    where a context has no budget."""
     weights = sum(n.weights for n in needs)
     elsewhere = weights_elsewhere or {}
     per_context = {}

@@ -25,7 +25,7 @@ import theano
 
 from ..config.flags import parse_split_size
 from . import planner
-from .blocks import split_updates
+from .blocks import refused_after_split, split_updates
 from .placed import PlacedVariable, holders, is_placed, optimizer_state_owners
 from .placement import context_of
 from .plan import budgets_of, hold, nbytes, place, place_blocks, planned_bytes
@@ -94,6 +94,9 @@ def weights_to_split(weights, owners, updates, stand_ins, contexts, split_before
         _, refused = split_updates(updates, cut, lambda leaf, k: leaf.type())
         if not refused:
             return chosen
+        stuck = dict((v, error) for v, error in refused.items() if v in before)
+        if stuck:
+            raise refused_after_split(stuck)
         for variable in refused:
             for key, (weight, states) in list(chosen.items()):
                 if variable is weight or any(variable is s for s in states):
