@@ -25,8 +25,8 @@ from theano.tensor.opt import Assert
 
 from .blocks import refused_after_split, split_updates
 from .gradients import gradient_stand_ins, real_gradients, stand_ins_in
-from .placed import (PlacedVariable, check_no_placeholder, holders, is_placed,
-                     placed_replacements, read_on, value_holder)
+from .placed import (check_no_placeholder, holders, is_placed, placed_replacements, read_on,
+                     split_cut, value_holder)
 from .replace import Rebuilder, replaced
 from .rows import find_rows_meeting, slice_bounds
 from .transfer import HOST, on_context
@@ -347,22 +347,15 @@ def _by_block(outputs, updates, master):
     output) reads it gathered on ``master``."""
     roots = list(outputs) + [new for _, new in updates]
     stand_ins = stand_ins_in(roots)
-    split = {}
     # (A function may read a split weight only through its gradient.)
-    for variable in (gof.graph.inputs(roots) + [v for v, _ in updates]
-                     + [s.tag.multigpu_gradient.param for s in stand_ins]):
-        if isinstance(variable, PlacedVariable) and variable.blocks is not None:
-            split[variable] = [(block.start, block.stop) for block in variable.blocks]
-    if not split:
+    cut = split_cut(gof.graph.inputs(roots) + [v for v, _ in updates]
+                    + [s.tag.multigpu_gradient.param for s in stand_ins], stand_ins)
+    if not cut:
         return outputs, updates
-    cut, block_stand_ins = dict(split), {}
-    for stand_in in stand_ins:
-        param = stand_in.tag.multigpu_gradient.param
-        if param in split:
-            cut[stand_in] = split[param]
-            block_stand_ins[stand_in] = [
-                gradient_stand_ins(stand_in.tag.multigpu_gradient.loss, [holder])[0]
-                for holder in holders(param)]
+    block_stand_ins = dict(
+        (s, [gradient_stand_ins(s.tag.multigpu_gradient.loss, [holder])[0]
+             for holder in holders(s.tag.multigpu_gradient.param)])
+        for s in stand_ins if s in cut)
 
     def block_leaf(leaf, k):
         if leaf in block_stand_ins:

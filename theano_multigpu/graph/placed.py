@@ -26,7 +26,7 @@ from .rows import checked_bounds
 from .transfer import HOST, on_context
 
 __all__ = ['PlacedVariable', 'Block', 'new_variable', 'is_placed', 'holders', 'host_view',
-           'placed_replacements', 'read_on', 'value_holder', 'check_no_placeholder',
+           'placed_replacements', 'read_on', 'split_cut', 'value_holder', 'check_no_placeholder',
            'optimizer_state_owners']
 
 # ``place`` drops the functions ``Variable.eval`` keeps in ``_fn_cache``.
@@ -186,6 +186,18 @@ def holders(variable):
     if isinstance(variable, PlacedVariable) and variable.blocks is not None:
         return [block.variable for block in variable.blocks]
     return [variable.placed] if is_placed(variable) else []
+
+
+def split_cut(variables, stand_ins):
+    """{leaf: [(start, stop)] of its blocks} (``blocks.split_updates``'s
+    cut) of those of ``variables`` split into blocks, and of those of the
+    gradient stand-ins ``stand_ins`` whose weight is one of them."""
+    cut = dict((v, [(block.start, block.stop) for block in v.blocks]) for v in variables
+               if isinstance(v, PlacedVariable) and v.blocks is not None)
+    gradients = dict((s, cut[s.tag.multigpu_gradient.param]) for s in stand_ins
+                     if s.tag.multigpu_gradient.param in cut)
+    cut.update(gradients)
+    return cut
 
 
 def host_view(variable):

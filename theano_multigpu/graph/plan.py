@@ -22,8 +22,8 @@ from .placed import is_placed
 from .placement import context_of
 
 __all__ = ['Plans', 'plans', 'current_plan', 'layer_context', 'layer_needs', 'plan_layers',
-           'function_plan', 'budgets_of', 'hold', 'place', 'place_blocks', 'held_bytes', 'planned_bytes',
-           'nbytes']
+           'function_plan', 'budgets_of', 'hold', 'place', 'place_blocks', 'held_bytes',
+           'planned_bytes', 'nbytes']
 
 
 class Plans(object):

@@ -26,7 +26,7 @@ import theano
 from ..config.flags import parse_split_size
 from . import planner
 from .blocks import refused_after_split, split_updates
-from .placed import PlacedVariable, holders, is_placed, optimizer_state_owners
+from .placed import PlacedVariable, holders, is_placed, optimizer_state_owners, split_cut
 from .placement import context_of
 from .plan import budgets_of, hold, nbytes, place, place_blocks, planned_bytes
 from .rows import slice_bounds
@@ -61,33 +61,29 @@ def _states_of(owners):
     return state_of
 
 
-def weights_to_split(weights, owners, updates, stand_ins, contexts, split_before=()):
+def weights_to_split(weights, owners, updates, stand_ins, contexts, read=()):
     """{id(weight): (weight, [its state])} of those of ``weights`` (unplaced
     weights gradients are taken of) that ``multigpu.shard_split`` splits
     over ``contexts`` (a count): at least that many bytes, a row per
     context, state of the weight's shape, and the updates of the weight
     and of its state computable block by block (``blocks.split_updates``
-    on the host graph, with ``split_before``, the variables split by an
-    earlier function, cut at their blocks; ``stand_ins``: the gradient
-    stand-ins the updates read)."""
+    on the host graph, with those of ``read``, the function's variables,
+    that an earlier function split cut at their blocks; ``stand_ins``: the
+    gradient stand-ins the updates read)."""
     threshold = parse_split_size(theano.config.multigpu.shard_split)
     if threshold is None or contexts < 2:
         return {}
     state_of = _states_of(owners)
     chosen = dict((id(w), (w, state_of.get(id(w), []))) for w in weights
-                  if w.ndim >= 1 and w.get_value(borrow=True).shape[0] >= contexts
-                  and nbytes(w) >= threshold
-                  and all(s.get_value(borrow=True).shape == w.get_value(borrow=True).shape
-                          for s in state_of.get(id(w), [])))
+                  if w.ndim >= 1 and _shape(w)[0] >= contexts and nbytes(w) >= threshold
+                  and all(_shape(s) == _shape(w) for s in state_of.get(id(w), [])))
     # A refused weight is read whole by the others' blocks: the second
     # split refuses none (see split_updates); a third pass is a bug.
-    before = dict((v, [(b.start, b.stop) for b in v.blocks]) for v in split_before)
+    before = split_cut(read, stand_ins)
     for _ in range(3):
         cut = dict(before)
-        cut.update((s, before[s.tag.multigpu_gradient.param]) for s in stand_ins
-                   if s.tag.multigpu_gradient.param in before)
         for weight, states in chosen.values():
-            bounds = slice_bounds(weight.get_value(borrow=True).shape[0], contexts)
+            bounds = slice_bounds(_shape(weight)[0], contexts)
             cut.update((leaf, bounds) for leaf in [weight] + states)
             cut.update((s, bounds) for s in stand_ins
                        if s.tag.multigpu_gradient.param is weight)
@@ -128,17 +124,16 @@ def place_shards(variables, updates, stand_ins, mesh):
             del owners[key]
     hold(variables, mesh)
     unplaced = [p for p in params if not is_placed(p)]
-    split_before = [v for v in variables + params
-                    if isinstance(v, PlacedVariable) and v.blocks is not None]
     split = weights_to_split(unplaced, owners, updates, stand_ins, len(mesh.names),
-                             split_before)
+                             list(variables) + params)
     parts, block_needs = _blocks(split.values(), mesh)
     split_ids = set(id(v) for weight, states in split.values() for v in [weight] + states)
     needs, members = _units([v for v in placed if not is_placed(v) and id(v) not in split_ids],
                             owners)
     if not needs and not block_needs:
         return
-    loads = planned_bytes(mesh)
+    planned = planned_bytes(mesh)
+    loads = dict(planned)
     for need, name in block_needs:
         loads[name] = loads.get(name, 0) + need.total
     budgets = budgets_of(mesh)
@@ -158,7 +153,6 @@ def place_shards(variables, updates, stand_ins, mesh):
     for need, name in block_needs:
         elsewhere[name] += need.weights
     # A device's free memory excludes what it holds already.
-    planned = planned_bytes(mesh)
     held = dict((name, planned[name] if given[name] is not None else 0) for name in mesh.names)
     planner.check_shards_fit(needs + [need for need, _ in block_needs], contexts, mesh.names,
                              budgets, held, elsewhere)
@@ -179,7 +173,7 @@ def _blocks(split, mesh):
     ((weight, [state]) pairs): block k of each on the mesh's context k."""
     parts, needs, names = [], [], set()
     for weight, states in split:
-        rows = weight.get_value(borrow=True).shape[0]
+        rows = _shape(weight)[0]
         row_bytes = nbytes(weight) // rows
         state_row_bytes = sum(nbytes(s) for s in states) // rows
         bounds = slice_bounds(rows, len(mesh.names))
@@ -200,9 +194,15 @@ def _place_with(state, weight, mesh):
     """Place optimizer ``state`` where its ``weight``, placed before, lives:
     at its blocks' rows where the weight is split and the shapes agree,
     else whole on the context of the weight's first holder."""
-    if weight.blocks is not None and (state.get_value(borrow=True).shape
-                                      == weight.get_value(borrow=True).shape):
+    if weight.blocks is not None and _shape(state) == _shape(weight):
         place_blocks(state, [(context_of(b.variable, mesh), b.start, b.stop)
                              for b in weight.blocks], mesh)
     else:
         place(state, context_of(holders(weight)[0], mesh), mesh)
+
+
+def _shape(variable):
+    """The shape of a shared variable's whole value, read from its host
+    storage (a placed variable's placeholder has it): nothing is copied
+    from the contexts."""
+    return variable.container.storage[0].shape
