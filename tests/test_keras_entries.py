@@ -2,7 +2,9 @@
 ``K.gradients(loss, x)`` with one tensor (an input or a weight) and
 ``K.function(ins, out)`` with one output, as Keras's
 conv_filter_visualization, deep_dream and neural_style_transfer examples
-call them, also with the weights split into blocks of rows; and a
+call them, also with the weights split into blocks of rows (by a
+``predict`` before the first step, and a constraint that reads across
+rows); and a
 layer-wise or split weight read by any Theano means (``.eval()``, a
 user's ``theano.function``, pickling).  Each value is checked against
 numpy from the trained weights.
@@ -18,11 +20,31 @@ import theano
 import keras.backend as K
 from keras.models import Sequential
 from keras.layers import Dense
-model = Sequential([Dense(4, input_dim=3), Dense(2)])
+from keras.constraints import Constraint
+
+
+class Centred(Constraint):
+    """Each column's mean taken off: reads across the rows of a weight."""
+    def __call__(self, p):
+        return p - K.mean(p, axis=0, keepdims=True)
+
+
+model = Sequential([Dense(4, input_dim=3, W_constraint=Centred()), Dense(2)])
 model.compile(loss='mse', optimizer='sgd')
 x = np.arange(15, dtype='float32').reshape(5, 3) / 10
+rng = np.random.RandomState(0)
+model.set_weights([rng.randn(*w.shape).astype('float32') for w in model.get_weights()])
+# Predict before fit: the weights are placed before any update is known.
+first = model.predict(x)
+w1, c1, w2, c2 = model.get_weights()
 model.train_on_batch(x, np.ones((5, 2), 'float32'))
 W1, b1, W2, b2 = model.get_weights()
+# One step of SGD (lr 0.01) on the mean squared error, W1 centred after.
+h = x.dot(w1) + c1
+d = 2 * (h.dot(w2) + c2 - 1) / 10
+g1 = x.T.dot(d.dot(w2.T))
+stepped = [w1 - 0.01 * g1 - (w1 - 0.01 * g1).mean(axis=0), c1 - 0.01 * d.dot(w2.T).sum(0),
+           w2 - 0.01 * h.T.dot(d), c2 - 0.01 * d.sum(0)]
 hidden = x.dot(W1) + b1
 out = hidden.dot(W2) + b2
 loss = K.sum(K.square(model.output))
@@ -31,7 +53,11 @@ by_weight = K.function([model.input], K.gradients(loss, model.layers[1].W))([x])
 W = model.layers[1].W
 np.savez('out.npz', by_input=by_input, by_weight=by_weight, eval=W.eval(),
          function=theano.function([], W * 2)(), pickled=pickle.loads(pickle.dumps(W)).get_value(),
-         want_input=2 * out.dot(W2.T).dot(W1.T), want_weight=2 * hidden.T.dot(out), W2=W2)
+         want_input=2 * out.dot(W2.T).dot(W1.T), want_weight=2 * hidden.T.dot(out), W2=W2,
+         first=first, want_first=h.dot(w2) + c2,
+         split=[getattr(w, 'blocks', None) is not None for w in model.trainable_weights],
+         **dict(('trained%d' % k, w) for k, w in enumerate(model.get_weights())),
+         **dict(('stepped%d' % k, w) for k, w in enumerate(stepped)))
 '''
 
 
@@ -54,3 +80,10 @@ def test_single_tensors_and_weights_read_by_theano(home, mode):
     np.testing.assert_array_equal(out['eval'], out['W2'])
     np.testing.assert_array_equal(out['function'], 2 * out['W2'])
     np.testing.assert_array_equal(out['pickled'], out['W2'])
+    # Predicted before fit, then one step: a constraint reading across the
+    # rows of a weight split before its update was known is computed whole.
+    np.testing.assert_allclose(out['first'], out['want_first'], rtol=1e-4, atol=1e-5)
+    for k in range(4):
+        np.testing.assert_allclose(out['trained%d' % k], out['stepped%d' % k],
+                                   rtol=1e-4, atol=1e-6)
+    assert list(out['split']) == [mode == 'split'] * 4, out['split']

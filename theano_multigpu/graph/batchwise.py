@@ -23,7 +23,7 @@ from theano.gpuarray.basic_ops import HostFromGpu, host_from_gpu
 from theano.gpuarray.type import GpuArrayType
 from theano.tensor.opt import Assert
 
-from .blocks import refused_after_split, split_updates
+from .blocks import split_updates
 from .gradients import gradient_stand_ins, real_gradients, stand_ins_in
 from .placed import (check_no_placeholder, holders, is_placed, placed_replacements, read_on,
                      split_cut, value_holder)
@@ -344,7 +344,14 @@ def _by_block(outputs, updates, master):
     replicas' gathered copies are summed into on that context (the mirror
     of the gather: a reduce-scatter).  Whatever else reads a split weight's
     gradient (the update of a weight with one owner, under clipnorm; an
-    output) reads it gathered on ``master``."""
+    output) reads it gathered on ``master``.
+
+    An update that reads across a split variable's rows (a constraint
+    with a dot or a sort along the first axis, of a weight split before
+    this function knew its update) is computed whole on ``master``, from
+    the gathered weight, state and gradient, and each block receives its
+    rows: the same numbers, at the cost of a whole copy on the master
+    during the step."""
     roots = list(outputs) + [new for _, new in updates]
     stand_ins = stand_ins_in(roots)
     # (A function may read a split weight only through its gradient.)
@@ -362,14 +369,20 @@ def _by_block(outputs, updates, master):
             return block_stand_ins[leaf][k]
         return host_from_gpu(leaf.blocks[k].variable)
     by_block, refused = split_updates(updates, cut, block_leaf)
-    if refused:
-        raise refused_after_split(refused)
     gathered = dict((s, tensor.concatenate([on_context(b, master) for b in blocks], axis=0))
                     for s, blocks in block_stand_ins.items())
-    kept = [(v, new) for v, new in updates if v not in cut]
+    kept = [(v, new) for v, new in updates if v not in cut or v in refused]
     rest = replaced(list(outputs) + [new for _, new in kept], gathered)
-    return (rest[:len(outputs)],
-            [(v, new) for (v, _), new in zip(kept, rest[len(outputs):])]
+    rest_updates = []
+    for (variable, _), new in zip(kept, rest[len(outputs):]):
+        if variable in refused:
+            rest_updates += [(block.variable, on_context(new[block.start:block.stop],
+                                                         block.variable.type.context_name,
+                                                         came_from=master))
+                             for block in variable.blocks]
+        else:
+            rest_updates.append((variable, new))
+    return (rest[:len(outputs)], rest_updates
             + [(variable.blocks[k].variable, new) for variable, k, new in by_block])
 
 

@@ -52,10 +52,9 @@ import functools
 from theano import gof, scalar, tensor
 from theano.tensor.elemwise import CAReduce, DimShuffle, Elemwise
 
-from ..errors import ConfigurationError
 from .rows import checked_bounds
 
-__all__ = ['NotBlockable', 'split_updates', 'refused_after_split', 'Blocks']
+__all__ = ['NotBlockable', 'split_updates', 'Blocks']
 
 # The key of a variable's whole value, beside its blocks (k, bounds).
 WHOLE = 'whole'
@@ -107,18 +106,6 @@ def split_updates(updates, cut, block_leaf):
                 refused[variable] = error
                 split = [item for item in split if item[0] is not variable]
     return split, refused
-
-
-def refused_after_split(refused):
-    """The ConfigurationError for ``refused`` ({variable: NotBlockable}) of
-    variables an earlier function split: they stay split, and this
-    function's updates cannot use their blocks."""
-    return ConfigurationError(
-        'sharded batch-wise mode split %s into blocks of rows (multigpu.shard_split) when '
-        'a function first trained it, and expects every later function to update it block '
-        'by block; but %s Weights are placed once: set multigpu.shard_split=off, or above '
-        'their size, before the script compiles its first function.'
-        % (', '.join(sorted(str(v) for v in refused)), next(iter(refused.values()))))
 
 
 class Blocks(object):

@@ -25,7 +25,7 @@ import theano
 
 from ..config.flags import parse_split_size
 from . import planner
-from .blocks import refused_after_split, split_updates
+from .blocks import split_updates
 from .placed import PlacedVariable, holders, is_placed, optimizer_state_owners, split_cut
 from .placement import context_of
 from .plan import budgets_of, hold, nbytes, place, place_blocks, planned_bytes
@@ -63,7 +63,7 @@ def _states_of(owners):
 
 def weights_to_split(weights, owners, updates, stand_ins, contexts, read=()):
     """{id(weight): (weight, [its state])} of those of ``weights`` (unplaced
-    weights gradients are taken of) that ``multigpu.shard_split`` splits
+    weights gradients are taken of, or trainable) that ``multigpu.shard_split`` splits
     over ``contexts`` (a count): at least that many bytes, a row per
     context, state of the weight's shape, and the updates of the weight
     and of its state computable block by block (``blocks.split_updates``
@@ -88,11 +88,11 @@ def weights_to_split(weights, owners, updates, stand_ins, contexts, read=()):
             cut.update((s, bounds) for s in stand_ins
                        if s.tag.multigpu_gradient.param is weight)
         _, refused = split_updates(updates, cut, lambda leaf, k: leaf.type())
+        # (A variable split before is updated whole when its update reads
+        # across its rows: see batchwise._by_block.)
+        refused = [v for v in refused if v not in before]
         if not refused:
             return chosen
-        stuck = dict((v, error) for v, error in refused.items() if v in before)
-        if stuck:
-            raise refused_after_split(stuck)
         for variable in refused:
             for key, (weight, states) in list(chosen.items()):
                 if variable is weight or any(variable is s for s in states):
@@ -101,21 +101,25 @@ def weights_to_split(weights, owners, updates, stand_ins, contexts, read=()):
                        'refused were kept whole; please report this with the model')
 
 
-def place_shards(variables, updates, stand_ins, mesh):
+def place_shards(variables, updates, stand_ins, mesh, trainable=()):
     """Place every unplaced PlacedVariable of ``variables`` (the shared
     variables a function reads or updates): split into blocks, or whole on
     an owner context (see the module docstring).  ``updates`` (pairs) tell
     which optimizer state goes with which weight gradients are taken of
     (the params of ``stand_ins``: a stateful layer's state is not one,
-    though its update alone reads the layer's weights).  Raises PlanError,
-    before compiling, when a context cannot hold its share (with
-    multigpu.device_memory, or what the device reports)."""
+    though its update alone reads the layer's weights).  ``trainable``:
+    the weights a later function may train (a model's, read by its
+    ``predict`` before its ``fit``), split like the params, their updates
+    unknown yet.  Raises PlanError, before compiling, when a context cannot
+    hold its share (with multigpu.device_memory, or what the device
+    reports)."""
     placed = [v for v in variables if isinstance(v, PlacedVariable)]
     placed_ids = set(id(v) for v in placed)
-    params = [s.tag.multigpu_gradient.param for s in stand_ins]
-    params = [p for k, p in enumerate(params) if id(p) in placed_ids
-              and all(q is not p for q in params[:k])]
+    params = _unique([s.tag.multigpu_gradient.param for s in stand_ins], placed_ids)
     owners = optimizer_state_owners(updates, params)
+    # What every replica reads: all but the optimizer state, which only its
+    # weight's update reads, where the state lives.
+    read_by_replicas = [v for v in placed if id(v) not in owners]
     for key, (state, weight) in list(owners.items()):
         if is_placed(state):
             del owners[key]
@@ -123,7 +127,7 @@ def place_shards(variables, updates, stand_ins, mesh):
             _place_with(state, weight, mesh)
             del owners[key]
     hold(variables, mesh)
-    unplaced = [p for p in params if not is_placed(p)]
+    unplaced = [p for p in _unique(params + list(trainable), placed_ids) if not is_placed(p)]
     split = weights_to_split(unplaced, owners, updates, stand_ins, len(mesh.names),
                              list(variables) + params)
     parts, block_needs = _blocks(split.values(), mesh)
@@ -143,11 +147,11 @@ def place_shards(variables, updates, stand_ins, mesh):
     given = budgets_of(mesh, given_only=True)
     contexts = planner.owners_balanced(needs, mesh.names, given, loads)
     contexts.update((need.name, name) for need, name in block_needs)
-    # During a step each context holds a copy of every weight it does not
-    # hold whole: a split weight's copy is the join of all its blocks, its
-    # own block included.
+    # During a step each context holds a copy of every weight the function
+    # reads (trained or not) that it does not hold whole: a split weight's
+    # copy is the join of all its blocks, its own block included.
     earlier = [(nbytes(h), context_of(h, mesh), p.blocks is not None)
-               for p in params if is_placed(p) for h in holders(p)]
+               for p in read_by_replicas if is_placed(p) for h in holders(p)]
     elsewhere = dict((name, sum(n for n, where, split in earlier if split or where != name))
                      for name in mesh.names)
     for need, name in block_needs:
@@ -165,6 +169,15 @@ def place_shards(variables, updates, stand_ins, mesh):
     if left:
         raise RuntimeError('sharded plan left %s unplaced; please report this with the '
                            'model' % ', '.join(str(v) for v in left[:5]))
+
+
+def _unique(variables, among):
+    """``variables`` whose id is in ``among``, each once, in order."""
+    found = []
+    for variable in variables:
+        if id(variable) in among and all(f is not variable for f in found):
+            found.append(variable)
+    return found
 
 
 def _blocks(split, mesh):

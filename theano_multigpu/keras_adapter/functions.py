@@ -38,7 +38,9 @@ def compile_function(keras_function, inputs, outputs, updates, kwargs, title):
     if mesh.sharded:
         from ..graph import sharding
         from ..graph.gradients import stand_ins_in
-        sharding.place_shards(_weights_read(roots, updates), updates, stand_ins_in(roots), mesh)
+        from . import keras_graph
+        sharding.place_shards(_weights_read(roots, updates), updates, stand_ins_in(roots), mesh,
+                              keras_graph.trainable_weights(roots))
     mpi = None
     if ranks is not None:
         mpi = (ranks, _agreed(outputs, updates, title))

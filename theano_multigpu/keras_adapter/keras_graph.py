@@ -1,6 +1,6 @@
 """What Keras's graphs say, read from Keras's internals: the one module
 that reads them (``_keras_history``, ``inbound_nodes``, ``_keras_shape``,
-``stateful`` and ``states``).
+``stateful``, ``states``, ``trainable`` and ``trainable_weights``).
 
 Keras 1.x marks each tensor a layer call returns with ``_keras_history``
 (layer, node index, tensor index); the layer's ``inbound_nodes[index]``
@@ -10,7 +10,7 @@ takes these facts as arguments and never reads Keras itself.
 from theano import gof
 
 __all__ = ['is_layer_output', 'layer_calls', 'node_describer', 'row_states',
-           'mark_as_weight']
+           'trainable_weights', 'mark_as_weight']
 
 
 def _layer_of(variable):
@@ -79,6 +79,23 @@ def row_states(roots):
         if getattr(layer, 'stateful', False):
             found += [s for s in getattr(layer, 'states', []) or []
                       if s is not None and all(s is not f for f in found)]
+    return found
+
+
+def trainable_weights(roots):
+    """The trainable weights (``layer.trainable_weights`` of a layer not
+    frozen with ``trainable = False``) of the Keras layers whose outputs
+    ``roots`` read: what a training function may update, known before any
+    optimizer exists (a model's ``predict`` compiled before its ``fit``)."""
+    found, seen = [], set()
+    for variable in gof.graph.ancestors(roots):
+        layer = _layer_of(variable)
+        if layer is None or id(layer) in seen:
+            continue
+        seen.add(id(layer))
+        if getattr(layer, 'trainable', True):
+            found += [w for w in getattr(layer, 'trainable_weights', None) or []
+                      if all(w is not f for f in found)]
     return found
 
 
