@@ -1,12 +1,13 @@
 """Sharded batch-wise mode, weights split into blocks of rows and whole on
 owners, against the master holding every weight, on pocl.
 
-For the MLP and the CNN at 2 and 4 contexts, in three layouts, each in a
-long-lived worker (benchmarks/step_worker.py): ``split``, every weight with
-a row per context split into one block per context
-(multigpu.shard_split=0); ``whole``, each weight on one owner
-(multigpu.shard_split=off); ``master``, the master holding every weight
-(multigpu.shard=False):
+For the MLP and the CNN at 2 and 4 contexts, in four layouts, each in a
+long-lived worker (benchmarks/step_worker.py): ``split``, the default
+(multigpu.shard_split's default size: weights of that size or more split
+into one block of rows per context); ``split_all``, every weight with a
+row per context split (multigpu.shard_split=0); ``whole``, each weight on
+one owner (multigpu.shard_split=off); ``master``, the master holding every
+weight (multigpu.shard=False):
 
 - the busiest context's bytes per step, sent or received (whichever is
   more) between contexts, over the ring all-reduce's 2(N-1)/N x the
@@ -31,10 +32,15 @@ from harness import REPO, median  # noqa: E402
 from one_context import models_main, shim_workers  # noqa: E402
 
 COMMAND = 'python benchmarks/sharding.py'
+sys.path.insert(0, REPO)
+from theano_multigpu.config.settings import SETTINGS  # noqa: E402
+DEFAULT_SPLIT = [s.default for s in SETTINGS if s.name == 'multigpu.shard_split'][0]
 NAMES = ['dev0->opencl0:0', 'dev1->opencl0:1', 'dev2->opencl0:0', 'dev3->opencl0:1']
 COUNTS = (2, 4)
-# The layouts and their settings, compared in this order.
-LAYOUTS = (('split', 'multigpu.shard_split=0'), ('whole', 'multigpu.shard_split=off'),
+# The layouts and their settings, compared in this order; the figures'
+# value is the default's.
+LAYOUTS = (('split', 'multigpu.shard_split=%s' % DEFAULT_SPLIT),
+           ('split_all', 'multigpu.shard_split=0'), ('whole', 'multigpu.shard_split=off'),
            ('master', 'multigpu.shard=False'))
 CONFIGURATIONS = dict(
     ((n, layout), 'contexts=%s,multigpu.mode=batch,%s' % (';'.join(NAMES[:n]), flags))
@@ -104,15 +110,25 @@ def figures_for(steps, traffic):
                     'name': 'sharding/pocl/%s %s, %d contexts' % (name, label, n),
                     'value': round(values['split'], 3), 'unit': 'ratio', 'goal': goal,
                     'command': COMMAND,
-                    'detail': {'whole_owners': round(values['whole'], 3),
+                    'detail': {'split_all': round(values['split_all'], 3),
+                               'whole_owners': round(values['whole'], 3),
                                'master_only': round(values['master'], 3),
                                'traffic': dict((layout, layouts[layout]) for layout in layouts),
-                               'where': where + '; value: weights split (shard_split=0)'}})
+                               'where': where + '; value: the default shard_split (%s)'
+                                        % DEFAULT_SPLIT}})
             times = dict((layout, median(steps[name][(n, layout)])) for layout, _ in LAYOUTS)
-            print('  %-5s %d contexts, step: %s; split over whole %.3f, over master-only %.3f'
+            print('  %-5s %d contexts, step: %s; split over whole %.3f (all split %.3f), '
+                  'over master-only %.3f'
                   % (name, n, ', '.join('%s %.2f ms' % (layout, times[layout] * 1e3)
                                         for layout, _ in LAYOUTS),
-                     times['split'] / times['whole'], times['split'] / times['master']))
+                     times['split'] / times['whole'], times['split_all'] / times['whole'],
+                     times['split'] / times['master']))
+            figures.append({
+                'name': 'sharding/pocl/%s step time, every weight split, over whole on owners, '
+                        '%d contexts' % (name, n),
+                'value': round(times['split_all'] / times['whole'], 4), 'unit': 'ratio',
+                'goal': '', 'command': COMMAND,
+                'detail': {'where': 'pocl, batch 64; multigpu.shard_split=0'}})
             for other, label, goal in (('whole', 'weights whole on owners', '<= 1.05'),
                                        ('master', 'master-only', '')):
                 figures.append({
@@ -137,10 +153,12 @@ def draw(traffic, path=PLOT):
     labels, positions = [], []
     for k, (name, n) in enumerate((name, n) for name in traffic for n in COUNTS):
         for offset, layout, colour, label in (
-                (-0.27, 'master', 'tab:grey', 'master holds all'),
-                (0.0, 'whole', 'tab:orange', 'each weight on one owner'),
-                (0.27, 'split', 'tab:blue', 'weights split into blocks of rows')):
-            axes.bar(k + offset, busiest_link(traffic[name][(n, layout)], n), 0.27,
+                (-0.3, 'master', 'tab:grey', 'master holds all'),
+                (-0.1, 'whole', 'tab:orange', 'each weight on one owner'),
+                (0.1, 'split', 'tab:blue', 'weights of %s or more split (default)'
+                 % DEFAULT_SPLIT),
+                (0.3, 'split_all', 'tab:cyan', 'every weight split')):
+            axes.bar(k + offset, busiest_link(traffic[name][(n, layout)], n), 0.2,
                      color=colour, label=label if k == 0 else None)
         labels.append('%s, %d contexts' % (name, n))
         positions.append(k)

@@ -307,6 +307,16 @@ FITS_WHEN_SHARDED = '''
     except PlanError as error:
         print('refused:', error)
 
+    if len(mesh.current().names) == 4:
+        # Predicted first, a model 1.3 times the first fits its blocks and a
+        # copy of each weight; its fit adds Adam's states, which do not fit.
+        wide, x72 = mlp(72), np.ones((8, 72), 'float32')
+        print('predicted', wide.predict(x72).shape == (8, 72))
+        try:
+            wide.train_on_batch(x72, x72)
+        except PlanError as error:
+            print('refused_after_predict', error)
+
     # A trained recurrent layer called again, once its weights are placed
     # (an inference model): Scan builds its loop from the weights themselves.
     # (On two contexts alone: compiling dominates the suite's time.)
@@ -333,7 +343,9 @@ def test_a_model_one_context_cannot_hold_trains_sharded_and_a_bigger_one_stops(h
     on 4 contexts each weight split into blocks of rows, its share a
     quarter of each), and each holds no more than the budget.  A model 4
     times bigger fits no plan: it stops before compiling, with the bytes
-    needed and available per context.  ``K.eval`` of a weight before it is placed and after reads
+    needed and available per context; so does (on 4 contexts) the fit of one
+    that its predict, compiled first, split and placed without the optimizer
+    state.  ``K.eval`` of a weight before it is placed and after reads
     its value, and (on 2 contexts) a trained LSTM called again on a new
     input computes what it computed in the model it trained in."""
     weights = 4 * (64 * 64 + 64) * 4
@@ -354,3 +366,7 @@ def test_a_model_one_context_cannot_hold_trains_sharded_and_a_bigger_one_stops(h
     assert refused.startswith('sharded batch-wise mode expects each context to hold the '
                               'weights it owns'), refused
     assert 'dev0: needs ' in result.stdout and ', has 162.5 KiB' in result.stdout   # the budget
+    if flags != TWO:
+        assert lines['predicted'] == 'True'
+        assert lines['refused_after_predict'].startswith(
+            'sharded batch-wise mode expects each context to hold'), result.stdout

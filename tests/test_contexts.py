@@ -328,9 +328,11 @@ def test_info_on_two_contexts(home):
     assert re.search(r'^  contexts +dev0->opencl0:0;dev1->opencl0:1$', out, re.M)
     assert re.search(r'^  multigpu.mode +auto$', out, re.M)
     assert re.search(r'^  multigpu.master +dev1$', out, re.M)
-    assert re.search(r'^  effective mode +batch, weights sharded$', out, re.M)
+    # By default weights of 64KiB or more are split into blocks of rows.
+    assert re.search(r'^  effective mode +batch, weights sharded, those of 64\.0 KiB or more '
+                     r'split into blocks of rows$', out, re.M), out
     assert re.search(r'^  multigpu.shard +True$', out, re.M)
-    assert re.search(r'^  multigpu.shard_split +off$', out, re.M)
+    assert re.search(r'^  multigpu.shard_split +64KiB$', out, re.M)
 
 
 def test_info_without_contexts(home):

@@ -136,7 +136,7 @@ SETTINGS = (
              "every weight and all optimizer state.  The same numbers either "
              "way."),
     Setting(
-        'multigpu.shard_split', 'off', parse=parse_split_size, example='0',
+        'multigpu.shard_split', '64KiB', parse=parse_split_size, example='0',
         summary="sharded batch-wise: a weight of at least this size is split "
                 "into one block of rows per context (``64KiB``, ``0``: every "
                 "weight that can be); ``off``: each weight has one owner",
@@ -145,14 +145,16 @@ SETTINGS = (
              "many rows as there are contexts and optimizer state of its shape, "
              "is split along its first axis into one block of rows per context, "
              "and its optimizer state with it, when the first function that "
-             "trains it compiles (placed before, by predict, it stays whole).  "
+             "reads it compiles (a predict before the fit splits the trainable "
+             "weights by size and rows alone).  "
              "Each step every context gathers the whole weight from the "
              "blocks, sends each block its gradient and updates its own block: "
              "every context holds 1/N of the weight and its state, and sends "
              "and receives "
              "2(N-1)/N of the weight's bytes.  A weight whose update reads "
              "across its rows (a custom constraint with a dot or a sort) keeps "
-             "one owner, as do smaller weights.  off: every weight has one "
+             "one owner (split before by predict, it is updated whole on the "
+             "master), as do smaller weights.  off: every weight has one "
              "owner.  The same numbers either way."),
     Setting(
         'multigpu.check', 'warn', kind='choice', choices=CHECK_ACTIONS,

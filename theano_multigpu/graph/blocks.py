@@ -33,7 +33,8 @@ built at the bounds of the update's X (the block being built):
 - DimShuffle that keeps the first axis first, and a reduction (CAReduce,
   MaxAndArgmax) over other axes: the op on the block of its input;
 - anything else (a dot, reshape, subtensor, join or sort across the rows, an
-  op with no rule): ``NotBlockable``, and the weight stays whole.
+  op with no rule): ``NotBlockable`` (the caller keeps the weight whole, or
+  updates a weight split before whole on the master).
 
 ``whole(x)``, the value of x read in full, for x that reads cut leaves,
 built once per ``Blocks`` and shared by every update that reads it:

@@ -304,17 +304,20 @@ def check_shards_fit(needs, owners, names, budgets, loads, weights_elsewhere=Non
     over, lines = _over_budgets(names, per_context, budgets)
     if not over:
         return
-    largest = max(needs, key=lambda n: n.total)
+    largest = ''
+    if needs:
+        unit = max(needs, key=lambda n: n.total)
+        largest = '; the largest unit, %s, %s with its state' % (unit.name,
+                                                                 format_bytes(unit.total))
     raise PlanError(
         'sharded batch-wise mode expects each context to hold the weights it owns '
         '(or its blocks of split weights), their optimizer state and, during a step, '
         'a copy of every weight it does not hold whole, but %s do(es) not fit. The new '
-        'weights need %s (weights %s, optimizer state %s; the largest unit, %s, %s with '
-        'its state), the contexts hold %s already (random generators\' states, weights '
-        'placed before); gradients and activations are not counted.  The plan asks:\n  %s\n'
+        'weights need %s (weights %s, optimizer state %s%s), the contexts hold %s already '
+        '(random generators\' states, weights placed before with their state); gradients '
+        'and activations are not counted.  The plan asks:\n  %s\n'
         'Add contexts, split more weights (a lower multigpu.shard_split), or raise '
         'multigpu.device_memory if the devices have more memory than it says.'
         % (', '.join(over), format_bytes(weights + sum(n.state for n in needs)),
            format_bytes(weights), format_bytes(sum(n.state for n in needs)),
-           largest.name, format_bytes(largest.total), format_bytes(sum(loads.values())),
-           '\n  '.join(lines)))
+           largest, format_bytes(sum(loads.values())), '\n  '.join(lines)))

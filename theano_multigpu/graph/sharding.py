@@ -9,7 +9,11 @@ update alone reads):
   with at least one row per context, whose state has its shape and whose
   update and its state's can be computed block by block (``blocks``), is cut
   along its first axis into one block of rows per context, in the contexts'
-  order, its state at the same rows;
+  order, its state at the same rows.  A function that trains nothing (a
+  ``predict`` before the ``fit``) splits the trainable weights it reads by
+  size and rows alone: their state, placed by the first function that
+  trains them, joins their blocks, and an update that cannot use the blocks
+  is computed whole on the master (``batchwise._by_block``);
 - whole: every other weight is one unit with its state, and the planner
   spreads the units over the contexts to balance bytes, counting what the
   contexts hold already (the blocks, the weights placed before, and every
@@ -17,7 +21,8 @@ update alone reads):
   master).
 
 The batch-wise rewrite then reads each weight gathered from where it lives,
-sums each block's gradient on its context and updates it there.  The plan
+sums each block's gradient on its context and updates it there (but see
+above).  The plan
 counts what it placed (``plan.planned_bytes``), for the next plan and the
 placement report.
 """
@@ -88,8 +93,7 @@ def weights_to_split(weights, owners, updates, stand_ins, contexts, read=()):
             cut.update((s, bounds) for s in stand_ins
                        if s.tag.multigpu_gradient.param is weight)
         _, refused = split_updates(updates, cut, lambda leaf, k: leaf.type())
-        # (A variable split before is updated whole when its update reads
-        # across its rows: see batchwise._by_block.)
+        # (Variables split before are not refused: batchwise._by_block.)
         refused = [v for v in refused if v not in before]
         if not refused:
             return chosen
@@ -108,9 +112,9 @@ def place_shards(variables, updates, stand_ins, mesh, trainable=()):
     which optimizer state goes with which weight gradients are taken of
     (the params of ``stand_ins``: a stateful layer's state is not one,
     though its update alone reads the layer's weights).  ``trainable``:
-    the weights a later function may train (a model's, read by its
-    ``predict`` before its ``fit``), split like the params, their updates
-    unknown yet.  Raises PlanError, before compiling, when a context cannot
+    the weights a later function may train; a function that trains none
+    (a model's ``predict`` before its ``fit``) splits them as it would the
+    params, their updates unknown yet.  Raises PlanError, before compiling, when a context cannot
     hold its share (with multigpu.device_memory, or what the device
     reports)."""
     placed = [v for v in variables if isinstance(v, PlacedVariable)]
@@ -120,21 +124,24 @@ def place_shards(variables, updates, stand_ins, mesh, trainable=()):
     # What every replica reads: all but the optimizer state, which only its
     # weight's update reads, where the state lives.
     read_by_replicas = [v for v in placed if id(v) not in owners]
+    joined = False   # whether state joined a weight placed before (the plan counts it)
     for key, (state, weight) in list(owners.items()):
         if is_placed(state):
             del owners[key]
         elif is_placed(weight):   # it joins its weight, placed before
             _place_with(state, weight, mesh)
             del owners[key]
+            joined = True
     hold(variables, mesh)
-    unplaced = [p for p in _unique(params + list(trainable), placed_ids) if not is_placed(p)]
+    candidates = params or _unique(trainable, placed_ids)
+    unplaced = [p for p in candidates if not is_placed(p)]
     split = weights_to_split(unplaced, owners, updates, stand_ins, len(mesh.names),
                              list(variables) + params)
     parts, block_needs = _blocks(split.values(), mesh)
     split_ids = set(id(v) for weight, states in split.values() for v in [weight] + states)
     needs, members = _units([v for v in placed if not is_placed(v) and id(v) not in split_ids],
                             owners)
-    if not needs and not block_needs:
+    if not needs and not block_needs and not joined:
         return
     planned = planned_bytes(mesh)
     loads = dict(planned)

@@ -39,8 +39,10 @@ def compile_function(keras_function, inputs, outputs, updates, kwargs, title):
         from ..graph import sharding
         from ..graph.gradients import stand_ins_in
         from . import keras_graph
-        sharding.place_shards(_weights_read(roots, updates), updates, stand_ins_in(roots), mesh,
-                              keras_graph.trainable_weights(roots))
+        stand_ins = stand_ins_in(roots)
+        losses = [s.tag.multigpu_gradient.loss for s in stand_ins]
+        sharding.place_shards(_weights_read(roots, updates), updates, stand_ins, mesh,
+                              keras_graph.trainable_weights(roots + losses))
     mpi = None
     if ranks is not None:
         mpi = (ranks, _agreed(outputs, updates, title))

@@ -83,20 +83,27 @@ def row_states(roots):
 
 
 def trainable_weights(roots):
-    """The trainable weights (``layer.trainable_weights`` of a layer not
-    frozen with ``trainable = False``) of the Keras layers whose outputs
-    ``roots`` read: what a training function may update, known before any
-    optimizer exists (a model's ``predict`` compiled before its ``fit``)."""
+    """The trainable weights of the Keras layers whose outputs ``roots``
+    read: what a training function may update, known before any optimizer
+    exists (a model's ``predict`` compiled before its ``fit``).  A layer
+    or model frozen with ``trainable = False`` has none; a model used as a
+    layer has those of its layers, each as frozen as it says."""
     found, seen = [], set()
     for variable in gof.graph.ancestors(roots):
         layer = _layer_of(variable)
-        if layer is None or id(layer) in seen:
-            continue
-        seen.add(id(layer))
-        if getattr(layer, 'trainable', True):
-            found += [w for w in getattr(layer, 'trainable_weights', None) or []
-                      if all(w is not f for f in found)]
+        if layer is not None and id(layer) not in seen:
+            seen.add(id(layer))
+            found += [w for w in _trainable_of(layer) if all(w is not f for f in found)]
     return found
+
+
+def _trainable_of(layer):
+    if not getattr(layer, 'trainable', True):
+        return []
+    inner = getattr(layer, 'layers', None)
+    if inner:   # a model: Keras 1.0 does not ask its layers whether they are frozen
+        return [w for sub in inner for w in _trainable_of(sub)]
+    return list(getattr(layer, 'trainable_weights', None) or [])
 
 
 def mark_as_weight(variable, shape):
