@@ -15,6 +15,9 @@ weight (multigpu.shard=False):
   weight moves about N/2, plus the activations);
 - the largest context's resident bytes over the mean (goal <= 1.10
   split; the master alone holds everything);
+- the largest context's measured peak during a step over the mean (goal
+  <= 1.10), split and whole, each in a worker of its own that measures
+  (multigpu.measure_peak) and is not timed;
 - the step time split over whole and over master-only (the driver asks
   the workers in turn for one step at a time, rotating the order, so all
   see the same machine noise; pocl runs one device at a time, so this is
@@ -42,9 +45,14 @@ COUNTS = (2, 4)
 LAYOUTS = (('split', 'multigpu.shard_split=%s' % DEFAULT_SPLIT),
            ('split_all', 'multigpu.shard_split=0'), ('whole', 'multigpu.shard_split=off'),
            ('master', 'multigpu.shard=False'))
+# Measured apart (multigpu.measure_peak runs the steps on Theano's Python
+# VM, not to be timed): the step's peak per context, split and whole.
+PEAK_LAYOUTS = tuple(('%s peak' % layout, flags + ',multigpu.measure_peak=True')
+                     for layout, flags in LAYOUTS if layout in ('split', 'whole'))
 CONFIGURATIONS = dict(
     ((n, layout), 'contexts=%s,multigpu.mode=batch,%s' % (';'.join(NAMES[:n]), flags))
-    for n in COUNTS for layout, flags in LAYOUTS)
+    for n in COUNTS for layout, flags in LAYOUTS + PEAK_LAYOUTS)
+TIMED = [key for key in sorted(CONFIGURATIONS) if not key[1].endswith(' peak')]
 PLOT = os.path.join(REPO, 'benchmarks', 'sharding.png')
 
 
@@ -63,13 +71,13 @@ def _measure_one(rounds, name):
                                              for key, flags in CONFIGURATIONS.items()))
     workers = dict((key, workers['%d %s' % key]) for key in CONFIGURATIONS)
     try:
-        steps, traffic = dict((key, []) for key in workers), {}
+        steps, traffic = dict((key, []) for key in TIMED), {}
         for key, worker in workers.items():
             built = worker.ask({'build': name})
             print('  built %-5s on %d contexts (%s) in %.1f s'
                   % (name, key[0], key[1], built['seconds']), flush=True)
             traffic[key] = worker.ask({'traffic': name})
-        order = list(workers)
+        order = list(TIMED)
         for round_index in range(rounds):
             shift = round_index % len(order)
             for key in order[shift:] + order[:shift]:
@@ -90,6 +98,12 @@ def resident_spread(traffic):
     """The largest context's resident bytes over the mean."""
     resident = list(traffic['resident'].values())
     return max(resident) / (float(sum(resident)) / len(resident))
+
+
+def peak_spread(traffic):
+    """The largest context's measured peak over the mean."""
+    peak = list(traffic['peak'].values())
+    return max(peak) / (float(sum(peak)) / len(peak))
 
 
 def figures_for(steps, traffic):
@@ -116,6 +130,21 @@ def figures_for(steps, traffic):
                                'traffic': dict((layout, layouts[layout]) for layout in layouts),
                                'where': where + '; value: the default shard_split (%s)'
                                         % DEFAULT_SPLIT}})
+            peaks = dict((layout, traffic[name][(n, '%s peak' % layout)]['peak'])
+                         for layout in ('split', 'whole'))
+            spreads = dict((layout, peak_spread({'peak': p})) for layout, p in peaks.items())
+            print('  %-5s %d contexts, largest measured peak over the mean: split %.3f, '
+                  'whole %.3f (peaks: %s)' % (name, n, spreads['split'], spreads['whole'], peaks))
+            figures.append({
+                'name': 'sharding/pocl/%s largest measured peak over the mean, %d contexts'
+                        % (name, n),
+                'value': round(spreads['split'], 3), 'unit': 'ratio', 'goal': '<= 1.10',
+                'command': COMMAND,
+                'detail': {'whole_owners': round(spreads['whole'], 3), 'peak_bytes': peaks,
+                           'where': 'pocl, batch 64, one train step; the most bytes the '
+                                    'arrays of the step held on each context at once '
+                                    '(multigpu.measure_peak); value: the default '
+                                    'shard_split (%s)' % DEFAULT_SPLIT}})
             times = dict((layout, median(steps[name][(n, layout)])) for layout, _ in LAYOUTS)
             print('  %-5s %d contexts, step: %s; split over whole %.3f (all split %.3f), '
                   'over master-only %.3f'

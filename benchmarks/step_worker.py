@@ -11,8 +11,9 @@ moved in one step and the model's parameter bytes; ``{"placement": NAME}``
 (layer-wise) answers, per context, the bytes resident for the compiled
 train function and the bytes the plan counted for NAME's layers;
 ``{"traffic": NAME}`` answers one step's bytes each context sent to and
-received from the others, and each context's resident bytes.  Each reply is
-one JSON line.
+received from the others, each context's resident bytes and, with
+multigpu.measure_peak, the most bytes each held during the step (else
+None).  Each reply is one JSON line.
 
 Under mpirun every rank runs it: rank 0 reads the requests and passes each
 to the others (which wait without spinning, so a worker not being timed
@@ -57,9 +58,10 @@ def placement_of(model):
 def traffic_of(case):
     """One step's bytes each context sent to and received from the other
     contexts (the host's copies of the batch left out), each context's
-    resident bytes, and the parameter bytes."""
+    resident bytes and measured peak (or None), and the parameter bytes."""
     from theano_multigpu.config import mesh
     from theano_multigpu.graph import report, transfer
+    from theano_multigpu.graph.peak import peak_of
     current = mesh.current()
     name_of = dict((current.graph_name(name), name) for name in current.names)
     before = dict(transfer.bytes_moved())
@@ -74,6 +76,7 @@ def traffic_of(case):
     resident = report.resident_bytes(model.train_function.function, current)
     return {'sent': sent, 'received': received,
             'resident': dict((name, int(resident.get(name, 0))) for name in current.names),
+            'peak': peak_of(model.train_function.function),
             'parameter_bytes': sum(w.nbytes for w in case.model.get_weights())}
 
 

@@ -202,7 +202,8 @@ def test_placement_check_names_an_op_on_the_wrong_context(home):
 def test_report_shows_each_context_share_ops_and_bytes(home):
     """The report of a train step at batch 10 on two contexts: 5 rows each,
     the dot products on both, the weights and their SGD moments sharded
-    (resident where the plan counted them), and the bytes moved measured:
+    (resident where the plan counted them), the step's peak measured
+    (multigpu.measure_peak), and the bytes moved measured:
     dev1 receives the weights it does not own, the gradients of those it
     owns, its 5 input rows and the gradient of its 5 output rows, and sends
     as many weight and gradient bytes and its output rows; then which
@@ -238,7 +239,8 @@ def test_report_shows_each_context_share_ops_and_bytes(home):
         except AssertionError as error:   # Theano's Assert, as it ran
             print('moved:', str(error).splitlines()[0])
     '''))
-    result = run_python(home, flags=TWO, args=['-m', 'theano_multigpu', 'report', str(script)])
+    result = run_python(home, flags=TWO + ',multigpu.measure_peak=True',
+                        args=['-m', 'theano_multigpu', 'report', str(script)])
     weight_bytes = int(result.stdout.split('weight bytes')[1].split()[0])
     assert weight_bytes == (8 * 16 + 16 + 16 * 3 + 3) * 4
     report = result.stderr.split("placement report: Keras's train function")[1]
@@ -246,16 +248,21 @@ def test_report_shows_each_context_share_ops_and_bytes(home):
     assert ' 0-5 of 10 ' in rows['dev0*'] and ' 5-10 of 10 ' in rows['dev1']
     rows_in, rows_out = 5 * 8 * 4, 5 * 3 * 4   # dev1's input rows, output rows
     dev1_in, dev1_out = weight_bytes + rows_in + rows_out, weight_bytes + rows_out
-    assert rows['dev1'].split()[9:13] == ['%d' % dev1_in, 'B', '%d' % dev1_out, 'B'], rows['dev1']
+    assert rows['dev1'].split()[11:15] == ['%d' % dev1_in, 'B', '%d' % dev1_out, 'B'], rows['dev1']
     for row in rows.values():
         assert 'GpuDot22' in row and 'GpuSoftmaxWithBias x1' in row
     resident = dict((name, row.split()[5:9]) for name, row in rows.items())
     for name, (held, unit, planned, planned_unit) in resident.items():
         assert (held, unit) == (planned, planned_unit), rows[name]
-    held = dict((name, float(n) * {'B': 1, 'KiB': 1024}[unit])
-                for name, (n, unit, _, _) in resident.items())
+    held = dict((name, _bytes(n, unit)) for name, (n, unit, _, _) in resident.items())
     assert abs(held['dev0*'] + held['dev1'] - 2 * weight_bytes) < 0.1 * weight_bytes
     assert 0 < held['dev1'] < 2 * weight_bytes   # sharded
+    # The peak, measured: what a context holds, plus during the step a copy
+    # of the weights it does not own, its activations and gradients.
+    peak = dict((name, _bytes(*row.split()[9:11])) for name, row in rows.items())
+    for name in rows:
+        assert held[name] + weight_bytes / 4 < peak[name] < held[name] + 4 * weight_bytes, (
+            rows[name])
     where = [line for line in report.splitlines()
              if line.startswith(('  layers computed', '  on '))]
     assert where == ["  layers computed on each context's rows (dev0, dev1): dense_1, dense_2",
@@ -273,6 +280,11 @@ def test_report_shows_each_context_share_ops_and_bytes(home):
     moved = result.stdout.split('moved:')[1]
     assert ("Reshape{2} in layer 'moved' reshapes the batch's rows across other axes" in moved
             and '(found as it ran: only the shapes of a batch tell)' in moved), moved
+
+
+def _bytes(number, unit):
+    """A report's size ('1.5', 'KiB') in bytes."""
+    return float(number) * {'B': 1, 'KiB': 1 << 10, 'MiB': 1 << 20}[unit]
 
 
 FITS_WHEN_SHARDED = '''

@@ -165,6 +165,16 @@ SETTINGS = (
              "scan) must run on the context that holds their data: warn, error "
              "(PlacementError) or off."),
     Setting(
+        'multigpu.measure_peak', False, kind='bool',
+        summary="measure the bytes each context holds at every op of each "
+                "call (slower steps); the report shows the peak",
+        help="Compile each function with Theano's Python VM and a callback that "
+             "adds up, after every op, the bytes of the arrays the function "
+             "holds on each context (inputs, weights, every value not yet "
+             "freed) and keeps the most seen: the step's measured peak per "
+             "context, in the placement report's 'peak' column.  The steps run "
+             "slower: a mode to measure with, not to train with."),
+    Setting(
         'multigpu.report', False, kind='bool',
         summary="print each function's placement report at its first call",
         help="Print each function's placement report (share of the batch, heavy "

@@ -1,7 +1,8 @@
 """The placement report: per context, its rows of the batch (batch-wise)
 or its layers (layer-wise), the bytes it holds (and those its plan counted
-there: layer-wise, and sharded batch-wise), the bytes copied in and out by
-one call (measured by ``transfer.bytes_moved()``) and its heavy ops,
+there: layer-wise, and sharded batch-wise), the most bytes it held during
+a call (``peak``, with multigpu.measure_peak), the bytes copied in and out
+by one call (measured by ``transfer.bytes_moved()``) and its heavy ops,
 read from the compiled graph.
 """
 from theano.compile import SharedVariable
@@ -9,6 +10,7 @@ from theano.compile import SharedVariable
 from ..config.flags import format_bytes
 from . import transfer
 from .batchwise import names_in_order
+from .peak import peak_of
 from .placement import context_of, heavy_op_counts
 from .plan import nbytes, planned_bytes
 from .rows import slice_bounds
@@ -38,15 +40,15 @@ def resident_bytes(theano_function, mesh):
 # (header, row key, width); the byte-valued keys are formatted as sizes.
 BATCH_COLUMNS = [('context', 'context', 9), ('device', 'device', 10),
                  ('batch rows', 'rows', 14), ('resident', 'resident', 11),
-                 ('planned', 'planned', 11),
+                 ('planned', 'planned', 11), ('peak', 'peak', 11),
                  ('copied in', 'moved_in', 11), ('copied out', 'moved_out', 11),
                  ('heavy ops', 'heavy', 0)]
 LAYER_COLUMNS = [('context', 'context', 9), ('device', 'device', 10),
                  ('layers', 'layers', 28), ('resident', 'resident', 11),
-                 ('planned', 'planned', 11),
+                 ('planned', 'planned', 11), ('peak', 'peak', 11),
                  ('activations', 'activations', 11), ('copied in', 'moved_in', 11),
                  ('copied out', 'moved_out', 11), ('heavy ops', 'heavy', 0)]
-_BYTE_KEYS = ('resident', 'planned', 'activations', 'moved_in', 'moved_out')
+_BYTE_KEYS = ('resident', 'planned', 'peak', 'activations', 'moved_in', 'moved_out')
 
 
 def _cell(row, key):
@@ -95,6 +97,7 @@ def report(theano_function, mesh, title, batch_rows, moved, split=None, copied=N
     heavy = heavy_op_counts(theano_function.maker.fgraph, mesh)
     resident = resident_bytes(theano_function, mesh)
     planned = planned_bytes(mesh, _shared_read(theano_function)) if mesh.sharded else {}
+    peak = peak_of(theano_function) or {}
     bounds = dict(zip(mesh.names, slice_bounds(batch_rows, len(mesh.names))))
     rows = []
     for name in mesh.names + ([HOST] if HOST in heavy or HOST in resident else []):
@@ -107,6 +110,7 @@ def report(theano_function, mesh, title, batch_rows, moved, split=None, copied=N
             'heavy': heavy.get(name, {}),
             'resident': resident.get(name, 0),
             'planned': planned.get(name),
+            'peak': peak.get(name),
             'moved_in': sum(n for (s, d), n in moved.items() if d in graph_names),
             'moved_out': sum(n for (s, d), n in moved.items() if s in graph_names),
         })
@@ -143,6 +147,7 @@ def _layer_rows(theano_function, mesh, moved, plan):
     heavy = heavy_op_counts(theano_function.maker.fgraph, mesh)
     resident = resident_bytes(theano_function, mesh)
     planned = planned_bytes(mesh, _shared_read(theano_function))
+    peak = peak_of(theano_function) or {}
     rows = []
     for name in mesh.names + ([HOST] if HOST in heavy else []):
         graph_names = (name, None) if name == mesh.master else (name,)
@@ -153,6 +158,7 @@ def _layer_rows(theano_function, mesh, moved, plan):
             'layers': _compress([n.name for n in on]),
             'resident': resident.get(name, 0),
             'planned': planned.get(name),
+            'peak': peak.get(name),
             'activations': sum(n.activations for n in on),
             'heavy': heavy.get(name, {}),
             'moved_in': sum(n for (s, d), n in moved.items() if d in graph_names),

@@ -20,6 +20,7 @@ def compile_function(keras_function, inputs, outputs, updates, kwargs, title):
     the contexts, and under MPI over the ranks too."""
     mesh = mesh_module.current()
     ranks = mpi_ranks(mesh)
+    kwargs = _measuring(kwargs, mesh)
     if mesh.mode == 'layer':
         updates = _unique_updates(updates)
         if ranks is not None:
@@ -60,6 +61,17 @@ def compile_function(keras_function, inputs, outputs, updates, kwargs, title):
     from ..mpi import world
     world.wait_for_every_rank(title, float('inf'))
     return calls.FirstStepsWithoutLimit(split)
+
+
+def _measuring(kwargs, mesh):
+    """``kwargs`` of a Keras function, with multigpu.measure_peak the mode
+    that measures its peak per context (unless the script chose a mode)."""
+    import theano
+    if not theano.config.multigpu.measure_peak or 'mode' in kwargs:
+        return kwargs
+    from ..graph import peak
+    names = dict((mesh.graph_name(name), name) for name in mesh.names)
+    return dict(kwargs, mode=peak.measuring_mode(names))
 
 
 def mpi_ranks(mesh):

@@ -1,0 +1,58 @@
+"""The step's peak per context, measured (multigpu.measure_peak): a
+function whose values are known by hand peaks at what they hold together
+on each context, and a buffer read through views counts once (one child
+Python, two pocl contexts)."""
+import json
+
+from conftest import TWO, needs_pocl, run_python
+
+CHILD = '''
+    import json
+    import numpy as np
+    import pygpu
+    import theano
+    import theano.tensor as T
+    import keras   # the shim's startup
+    from theano.gpuarray.basic_ops import host_from_gpu
+    from theano.gpuarray.type import get_context, gpuarray_shared_constructor
+    from theano_multigpu.graph import peak
+
+    out = {}
+    # Two dot products in a row on each context: at the second, the
+    # operand, the first product and the second are held together (the
+    # first is freed after it, the sum's result is one float).
+    n, m = 64, 32
+    A = gpuarray_shared_constructor(np.ones((n, n), 'float32') / n, target='dev0', name='A')
+    B = gpuarray_shared_constructor(np.ones((m, m), 'float32') / m, target='dev1', name='B')
+    a, b = host_from_gpu(A), host_from_gpu(B)
+    f = theano.function([], [T.dot(T.dot(a, a), a).sum(), T.dot(T.dot(b, b), b).sum()],
+                        mode=peak.measuring_mode({'dev0': 'dev0', 'dev1': 'dev1'}))
+    out['unmeasured'] = peak.peak_of(theano.function([], a.sum()))
+    out['values'] = [float(v) for v in f()]
+    out['peak'] = peak.peak_of(f)
+    f()
+    out['peak twice'] = peak.peak_of(f)
+
+    # Views of one buffer count once, to the end of the furthest.
+    meter = peak.PeakMeter({id(get_context('dev0')): 'dev0', id(get_context('dev1')): 'dev1'})
+    x = pygpu.gpuarray.array(np.ones((4, 5), 'float32'), context=get_context('dev0'))
+    y = pygpu.gpuarray.array(np.ones((3,), 'float32'), context=get_context('dev1'))
+    out['views'] = meter.live_bytes([x, x[1:3], x.T, x[:1]])
+    out['head'] = meter.live_bytes([x[:2]])
+    out['two contexts'] = meter.live_bytes([x, y, np.ones(100)])
+    print('RESULT ' + json.dumps(out))
+'''
+
+
+@needs_pocl
+def test_the_peak_is_what_each_context_holds_at_once(home):
+    result = run_python(home, code=CHILD, flags=TWO)
+    line = [l for l in result.stdout.splitlines() if l.startswith('RESULT ')][0]
+    out = json.loads(line[len('RESULT '):])
+    assert out['values'] == [64.0, 32.0]
+    assert out['unmeasured'] is None
+    assert out['peak'] == {'dev0': 3 * 64 * 64 * 4, 'dev1': 3 * 32 * 32 * 4}, out['peak']
+    assert out['peak twice'] == out['peak']
+    assert out['views'] == {'dev0': 4 * 5 * 4}
+    assert out['head'] == {'dev0': 2 * 5 * 4}
+    assert out['two contexts'] == {'dev0': 80, 'dev1': 12}
