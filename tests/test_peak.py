@@ -1,7 +1,9 @@
-"""The step's peak per context, measured (multigpu.measure_peak): a
-function whose values are known by hand peaks at what they hold together
-on each context, and a buffer read through views counts once (one child
-Python, two pocl contexts)."""
+"""The step's peak per context, planned before a call (``peak_plan``) and
+measured as it runs (multigpu.measure_peak): a function whose values are
+known by hand peaks at what they hold together on each context, planned
+and measured alike; a buffer read through views counts once; an op without
+shape inference makes the plan say so (one child Python, two pocl
+contexts)."""
 import json
 
 from conftest import TWO, needs_pocl, run_python
@@ -15,7 +17,7 @@ CHILD = '''
     import keras   # the shim's startup
     from theano.gpuarray.basic_ops import host_from_gpu
     from theano.gpuarray.type import get_context, gpuarray_shared_constructor
-    from theano_multigpu.graph import peak
+    from theano_multigpu.graph import peak, peak_plan
 
     out = {}
     # Two dot products in a row on each context: at the second, the
@@ -28,6 +30,7 @@ CHILD = '''
     f = theano.function([], [T.dot(T.dot(a, a), a).sum(), T.dot(T.dot(b, b), b).sum()],
                         mode=peak.measuring_mode({'dev0': 'dev0', 'dev1': 'dev1'}))
     out['unmeasured'] = peak.peak_of(theano.function([], a.sum()))
+    out['planned'] = peak_plan.planned_peak(f, [], {'dev0': 'dev0', 'dev1': 'dev1'})
     out['values'] = [float(v) for v in f()]
     out['peak'] = peak.peak_of(f)
     f()
@@ -40,6 +43,24 @@ CHILD = '''
     out['views'] = meter.live_bytes([x, x[1:3], x.T, x[:1]])
     out['head'] = meter.live_bytes([x[:2]])
     out['two contexts'] = meter.live_bytes([x, y, np.ones(100)])
+
+    # An op with no shape inference: its output's shape is known only once
+    # it is computed, and the plan says so, naming it.
+    @theano.compile.ops.as_op(itypes=[T.fmatrix], otypes=[T.fmatrix])
+    def doubled(v):
+        return v * 2
+    c = T.fmatrix('c')
+    g = theano.function([c], T.dot(doubled(c), a).sum())
+    try:
+        peak_plan.planned_peak(g, [np.ones((3, n), 'float32')], {'dev0': 'dev0'})
+        out['not plannable'] = None
+    except peak_plan.NotPlannable as error:
+        out['not plannable'] = str(error)
+    # A function of inputs: their shapes at the call decide.
+    h = theano.function([c], T.dot(T.dot(c, a), a).sum())
+    out['by the call'] = [peak_plan.planned_peak(h, [np.ones((rows, n), 'float32')],
+                                                 {'dev0': 'dev0'})['dev0']
+                          for rows in (1, 10)]
     print('RESULT ' + json.dumps(out))
 '''
 
@@ -53,6 +74,12 @@ def test_the_peak_is_what_each_context_holds_at_once(home):
     assert out['unmeasured'] is None
     assert out['peak'] == {'dev0': 3 * 64 * 64 * 4, 'dev1': 3 * 32 * 32 * 4}, out['peak']
     assert out['peak twice'] == out['peak']
+    assert out['planned'] == out['peak']
+    assert out['not plannable'].startswith('the shape of'), out['not plannable']
+    assert 'FromFunctionOp{doubled}' in out['not plannable'], out['not plannable']
+    # A and two of: the input's rows moved to dev0, their product with A,
+    # its product with A (each freed after its last reader).
+    assert out['by the call'] == [(64 + 2 * rows) * 64 * 4 for rows in (1, 10)], out['by the call']
     assert out['views'] == {'dev0': 4 * 5 * 4}
     assert out['head'] == {'dev0': 2 * 5 * 4}
     assert out['two contexts'] == {'dev0': 80, 'dev1': 12}

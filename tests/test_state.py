@@ -88,10 +88,25 @@ def _report_layers(stderr):
     return found
 
 
+def _report_cells(stderr, *spans):
+    """[{context: (bytes in each column span)}] of each placement report."""
+    found = []
+    for text in stderr.split('placement report: ')[1:]:
+        found.append(dict((row[2:11].strip().rstrip('*'),
+                           tuple(_size(row[a:b]) for a, b in spans))
+                          for row in text.splitlines()[2:4]))
+    return found
+
+
+def _size(cell):
+    number, unit = cell.split()
+    return float(number) * {'B': 1, 'KiB': 1 << 10, 'MiB': 1 << 20}[unit]
+
+
 @needs_pocl
 def test_two_models_with_the_same_layer_names_each_get_a_plan_and_bytes_of_their_own(home):
     result = run_python(home, code=CHILD, flags=TWO + ',multigpu.mode=layer,multigpu.report=True,'
-                        'multigpu.device_memory=%d' % BUDGET)
+                        'multigpu.measure_peak=True,multigpu.device_memory=%d' % BUDGET)
     line = [l for l in result.stdout.splitlines() if l.startswith('RESULT ')][0]
     out = json.loads(line[len('RESULT '):])
     small, large = out['small'], out['large']
@@ -119,3 +134,8 @@ def test_two_models_with_the_same_layer_names_each_get_a_plan_and_bytes_of_their
                             'plans': {'dev0': 0, 'dev1': 0}, 'moved': 0}
     assert _report_layers(result.stderr) == [{'dev0': 'h1', 'dev1': 'h2, h3, out'},
                                              {'dev0': 'h1, h2', 'dev1': 'h3, out'}]
+    # Each context's peak during the step, planned before it ran, is the
+    # one measured as it ran, within 10%, and holds more than the weights.
+    for report in _report_cells(result.stderr, (76, 88), (88, 100)):
+        for name, (plan, run) in report.items():
+            assert abs(plan - run) <= 0.1 * run, (name, plan, run, result.stderr)

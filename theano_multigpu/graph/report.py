@@ -1,7 +1,8 @@
 """The placement report: per context, its rows of the batch (batch-wise)
 or its layers (layer-wise), the bytes it holds (and those its plan counted
-there: layer-wise, and sharded batch-wise), the most bytes it held during
-a call (``peak``, with multigpu.measure_peak), the bytes copied in and out
+there: layer-wise, and sharded batch-wise), the most bytes it holds at
+once during the call, planned (``peak_plan``) and measured (``peak``, with
+multigpu.measure_peak), the bytes copied in and out
 by one call (measured by ``transfer.bytes_moved()``) and its heavy ops,
 read from the compiled graph.
 """
@@ -11,6 +12,7 @@ from ..config.flags import format_bytes
 from . import transfer
 from .batchwise import names_in_order
 from .peak import peak_of
+from .peak_plan import NotPlannable, planned_peak
 from .placement import context_of, heavy_op_counts
 from .plan import nbytes, planned_bytes
 from .rows import slice_bounds
@@ -40,15 +42,16 @@ def resident_bytes(theano_function, mesh):
 # (header, row key, width); the byte-valued keys are formatted as sizes.
 BATCH_COLUMNS = [('context', 'context', 9), ('device', 'device', 10),
                  ('batch rows', 'rows', 14), ('resident', 'resident', 11),
-                 ('planned', 'planned', 11), ('peak', 'peak', 11),
-                 ('copied in', 'moved_in', 11), ('copied out', 'moved_out', 11),
+                 ('planned', 'planned', 11), ('peak plan', 'peak_plan', 11),
+                 ('peak run', 'peak', 11), ('copied in', 'moved_in', 11), ('copied out', 'moved_out', 11),
                  ('heavy ops', 'heavy', 0)]
 LAYER_COLUMNS = [('context', 'context', 9), ('device', 'device', 10),
                  ('layers', 'layers', 28), ('resident', 'resident', 11),
-                 ('planned', 'planned', 11), ('peak', 'peak', 11),
-                 ('activations', 'activations', 11), ('copied in', 'moved_in', 11),
+                 ('planned', 'planned', 11), ('peak plan', 'peak_plan', 11),
+                 ('peak run', 'peak', 11), ('activations', 'activations', 11), ('copied in', 'moved_in', 11),
                  ('copied out', 'moved_out', 11), ('heavy ops', 'heavy', 0)]
-_BYTE_KEYS = ('resident', 'planned', 'peak', 'activations', 'moved_in', 'moved_out')
+_BYTE_KEYS = ('resident', 'planned', 'peak_plan', 'peak', 'activations', 'moved_in',
+              'moved_out')
 
 
 def _cell(row, key):
@@ -84,16 +87,21 @@ def copied_for(theano_function):
     return copied
 
 
-def report(theano_function, mesh, title, batch_rows, moved, split=None, copied=None):
+def report(theano_function, mesh, title, batch_rows, moved, split=None, copied=None,
+           inputs=None):
     """The placement report of a compiled function after a call with
     ``batch_rows`` rows that moved ``moved`` ({(source, dest): bytes});
     ``split``: batch-wise, which layers ran where; layer-wise, the
     planner.Plan of the function's layers; ``copied``: {purpose: bytes}
-    copied by the call for each purpose (``copied_for``)."""
+    copied by the call for each purpose (``copied_for``); ``inputs``: the
+    call's, to plan its peak (``peak_plan``)."""
+    peak_plan, why = _planned_peak(theano_function, mesh, inputs)
+    note = '\n  peak not planned: %s' % why if why else ''
     if mesh.mode == 'layer':
         return format_report('%s (* master; activations estimated for the plan\'s '
                              'batch; bytes moved by this call)' % title,
-                             _layer_rows(theano_function, mesh, moved, split), LAYER_COLUMNS)
+                             _layer_rows(theano_function, mesh, moved, split, peak_plan),
+                             LAYER_COLUMNS) + note
     heavy = heavy_op_counts(theano_function.maker.fgraph, mesh)
     resident = resident_bytes(theano_function, mesh)
     planned = planned_bytes(mesh, _shared_read(theano_function)) if mesh.sharded else {}
@@ -110,12 +118,24 @@ def report(theano_function, mesh, title, batch_rows, moved, split=None, copied=N
             'heavy': heavy.get(name, {}),
             'resident': resident.get(name, 0),
             'planned': planned.get(name),
+            'peak_plan': peak_plan.get(name),
             'peak': peak.get(name),
             'moved_in': sum(n for (s, d), n in moved.items() if d in graph_names),
             'moved_out': sum(n for (s, d), n in moved.items() if s in graph_names),
         })
-    text = format_report('%s (* master; bytes moved by this call)' % title, rows)
+    text = format_report('%s (* master; bytes moved by this call)' % title, rows) + note
     return text + ('\n' + _split_lines(split, mesh, copied or {}) if split is not None else '')
+
+
+def _planned_peak(theano_function, mesh, inputs):
+    """({context name: planned peak bytes}, None), or ({}, why not)."""
+    if inputs is None:
+        return {}, None
+    names = dict((mesh.graph_name(name), name) for name in mesh.names)
+    try:
+        return planned_peak(theano_function, inputs, names), None
+    except NotPlannable as error:
+        return {}, str(error)
 
 
 def _split_lines(split, mesh, copied):
@@ -141,7 +161,7 @@ def _split_lines(split, mesh, copied):
     return '\n'.join(lines)
 
 
-def _layer_rows(theano_function, mesh, moved, plan):
+def _layer_rows(theano_function, mesh, moved, plan, peak_plan):
     """Per context: its layers (of ``plan``, the function's), resident and
     activation bytes, bytes moved."""
     heavy = heavy_op_counts(theano_function.maker.fgraph, mesh)
@@ -158,6 +178,7 @@ def _layer_rows(theano_function, mesh, moved, plan):
             'layers': _compress([n.name for n in on]),
             'resident': resident.get(name, 0),
             'planned': planned.get(name),
+            'peak_plan': peak_plan.get(name),
             'peak': peak.get(name),
             'activations': sum(n.activations for n in on),
             'heavy': heavy.get(name, {}),

@@ -6,6 +6,7 @@ Function's attributes (``function`` and the rest), and has one job:
   batch fills;
 - ``LayerwiseFunction``: layer-wise, compiled at its first call, whose
   batch size the plan counts;
+- ``PeakChecked``: stops a call whose step's planned peak does not fit;
 - ``FirstCallReport``: prints the placement report after the first call;
 - ``FirstStepsWithoutLimit``: under MPI, the first call at each batch size
   waits for the other ranks without a time limit;
@@ -17,7 +18,9 @@ backend, and a plain run without pygpu must not.
 """
 import sys
 
-__all__ = ['call_rows', 'SplitFunction', 'LayerwiseFunction', 'FirstCallReport',
+import numpy as np
+
+__all__ = ['call_rows', 'SplitFunction', 'LayerwiseFunction', 'PeakChecked', 'FirstCallReport',
            'FirstStepsWithoutLimit', 'SingleOutput']
 
 
@@ -139,9 +142,34 @@ class FirstCallReport(_Wrapper):
         copied = {key: n - copied_before.get(key, 0)
                   for key, n in report.copied_for(function).items()}
         text = report.report(function, self._mesh, self._title, call_rows(inputs) or 0, moved,
-                             self._split, copied)
+                             self._split, copied, inputs)
         (self._stream or sys.stderr).write(text + '\n')
         return outputs
+
+    def _wrapped(self):
+        return self._keras_function
+
+
+class PeakChecked(_Wrapper):
+    """A Keras backend Function whose call with inputs of shapes not seen
+    before stops, before it runs, when its planned peak does not fit a
+    context (PlanError, see ``graph.peak_plan.check_peak_fits``)."""
+
+    def __init__(self, keras_function, mesh, title):
+        self._keras_function = keras_function
+        self._mesh = mesh
+        self._title = title
+        self._fitted = set()   # the inputs' shapes checked
+
+    def __call__(self, inputs):
+        shapes = tuple(np.shape(value) for value in inputs)
+        if shapes not in self._fitted:
+            from ..graph import peak_plan, report
+            function = self._keras_function.function
+            peak_plan.check_peak_fits(function, inputs, self._mesh, self._title,
+                                      report.resident_bytes(function, self._mesh))
+            self._fitted.add(shapes)
+        return self._keras_function(inputs)
 
     def _wrapped(self):
         return self._keras_function

@@ -165,6 +165,8 @@ def _checked(compiled, mesh, title, split=None):
     import theano
     from ..graph import placement, report
     placement.check(compiled.function, mesh, theano.config.multigpu.check, title)
+    if not launched_by_mpi():   # (ranks would disagree on a plan of their own shares)
+        compiled = calls.PeakChecked(compiled, mesh, title)
     if theano.config.multigpu.report:
         compiled = calls.FirstCallReport(compiled, mesh, title, split=split)
     return compiled
