@@ -219,8 +219,18 @@ def free_memory(context):
     """The free bytes of pygpu context ``context`` as its driver reports
     them, or None where the driver has no figure (libgpuarray's
     UnsupportedException).  The driver's other errors are raised."""
+    return _reported(context, 'free_gmem')
+
+
+def total_memory(context):
+    """The bytes of pygpu context ``context``'s device as its driver
+    reports them, or None (see ``free_memory``)."""
+    return _reported(context, 'total_gmem')
+
+
+def _reported(context, attribute):
     from pygpu.gpuarray import UnsupportedException
     try:
-        return int(context.free_gmem)
+        return int(getattr(context, attribute))
     except UnsupportedException:
         return None

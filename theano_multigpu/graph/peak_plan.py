@@ -14,14 +14,16 @@ the most.  A value whose shape only its computation tells (an op without
 shape inference) makes the function ``NotPlannable``, naming it.
 """
 import numpy as np
+import theano
 from theano import gof
 from theano.compile import SharedVariable
-from theano.gpuarray.type import GpuArrayType
+from theano.gpuarray.type import GpuArrayType, get_context
 from theano.tensor.nnet import corr
 
-from ..config.flags import format_bytes
+from ..config.devices import total_memory
+from ..config.flags import format_bytes, parse_device_memory
 from ..errors import ConfigurationError, PlanError
-from .plan import budgets_of
+from . import planner
 from theano.compile.ops import Shape, Shape_i
 
 __all__ = ['NotPlannable', 'planned_peak', 'check_peak_fits']
@@ -40,26 +42,31 @@ def planned_peak(theano_function, args, names):
     shape_of = getattr(getattr(fgraph, 'shape_feature', None), 'shape_of', None)
     if shape_of is None:
         raise NotPlannable('the compiled graph keeps no shape inference (ShapeFeature)')
-    shapes = _Shapes(fgraph, shape_of, _input_values(theano_function, args))
-    return _replay(fgraph, shapes, names)
+    try:
+        shapes = _Shapes(fgraph, shape_of, _input_values(theano_function, args))
+        return _replay(fgraph, shapes, names)
+    except NotPlannable:
+        raise
+    except Exception as error:   # a plan must not stop a step it cannot plan
+        raise NotPlannable('planning failed (%s: %s); please report this with the model'
+                           % (type(error).__name__, error))
 
 
-def check_peak_fits(theano_function, args, mesh, title, held):
+def check_peak_fits(theano_function, args, mesh, title):
     """Raise PlanError, before a call with ``args`` runs, when its planned
     peak on a context exceeds what the context may use: its
-    multigpu.device_memory, else the memory its device has free plus what
-    the function holds there already (``held``: {context name: bytes}).
-    A function whose peak cannot be planned, or a device that does not say
-    its free memory, is not checked."""
+    multigpu.device_memory, else its device's memory (not its free memory,
+    which excludes what the allocator keeps cached for the next step),
+    shared by the contexts on that device.  A function whose peak cannot be
+    planned, or a device that does not say its memory, is not checked."""
     names = dict((mesh.graph_name(name), name) for name in mesh.names)
+    given = parse_device_memory(theano.config.multigpu.device_memory)
     try:
         peak = planned_peak(theano_function, args, names)
-        budgets = budgets_of(mesh)
+        room = planner.budgets(mesh.names, mesh.devices, given, lambda name: total_memory(
+            get_context(mesh.graph_name(name))))
     except (NotPlannable, ConfigurationError):
         return
-    given = budgets_of(mesh, given_only=True)
-    room = dict((name, budgets[name] + (held.get(name, 0) if given[name] is None else 0))
-                for name in mesh.names)
     over = [name for name in mesh.names if peak.get(name, 0) > room[name]]
     if over:
         raise PlanError(

@@ -164,10 +164,9 @@ class PeakChecked(_Wrapper):
     def __call__(self, inputs):
         shapes = tuple(np.shape(value) for value in inputs)
         if shapes not in self._fitted:
-            from ..graph import peak_plan, report
-            function = self._keras_function.function
-            peak_plan.check_peak_fits(function, inputs, self._mesh, self._title,
-                                      report.resident_bytes(function, self._mesh))
+            from ..graph import peak_plan
+            peak_plan.check_peak_fits(self._keras_function.function, inputs, self._mesh,
+                                      self._title)
             self._fitted.add(shapes)
         return self._keras_function(inputs)
 
