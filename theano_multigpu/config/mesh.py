@@ -36,6 +36,10 @@ class Mesh(object):
             return None
         return name
 
+    def names_by_graph_name(self):
+        """{graph name: context name} of the mesh's contexts."""
+        return dict((self.graph_name(name), name) for name in self.names)
+
     def first(self, count):
         """The mesh of the master and the next ``count - 1`` names."""
         names = [self.master] + [n for n in self.names if n != self.master][:count - 1]

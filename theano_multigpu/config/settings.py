@@ -172,7 +172,7 @@ SETTINGS = (
              "adds up, after every op, the bytes of the arrays the function "
              "holds on each context (inputs, weights, every value not yet "
              "freed) and keeps the most seen: the step's measured peak per "
-             "context, in the placement report's 'peak' column.  The steps run "
+             "context, in the placement report's 'peak run' column.  The steps run "
              "slower: a mode to measure with, not to train with."),
     Setting(
         'multigpu.report', False, kind='bool',
@@ -196,7 +196,10 @@ SETTINGS = (
         help="Layer-wise and sharded batch-wise mode: the memory the plan may "
              "use on each context (default: the device's free memory), e.g. "
              "64MiB, or per context dev0->64MiB;dev1->1GiB.  A plan that does "
-             "not fit stops before compiling."),
+             "not fit stops before compiling.  In every batch-wise and "
+             "layer-wise mode it also caps the step's planned peak (default: "
+             "the device's memory): a call whose peak does not fit stops "
+             "before it runs."),
     Setting(
         'multigpu.batchnorm', 'sync', kind='choice', choices=BATCHNORM_MODES,
         example='local',

@@ -1,36 +1,39 @@
 """The step's peak per context, planned before a call runs.
 
-``planned_peak(function, args)`` replays a compiled function's call without
-computing it: the shapes of its values inferred op by op from the shapes
-of the call's inputs and weights alone (each op's ``infer_shape``, a rule
-for the GPU ops without one, else Theano's shape inference,
-``fgraph.shape_feature``); the ops in the order Theano's VM runs them (its Stack:
-each output's op once its inputs are computed, depth first from the
-outputs); each value freed after its last reader ran, as the VM frees it;
-an output that is a view of its input or overwrites it (``view_map``,
-``destroy_map``) shares the input's buffer.  After every op it adds up the
-bytes held on each context, as ``peak.PeakMeter`` measures them, and keeps
-the most.  A value whose shape only its computation tells (an op without
-shape inference) makes the function ``NotPlannable``, naming it.
+``planned_peak(function, args, names)`` replays a compiled function's call
+without computing it:
+
+- the shapes of its values at this call (``value_shapes``);
+- its ops in the order the function's VM runs them: Theano's C VM (the
+  default) and Stack (``multigpu.measure_peak``) both run an op once its
+  inputs are computed, depth first from the outputs, the C VM from the
+  first output and each op's first input, the Stack from the last; a
+  branch (IfElse) runs the side its condition takes, read from the call;
+  a Python Loop runs the graph's order;
+- each value freed after its last reader ran, where the VM frees
+  (``allow_gc``, Theano's default; without it, every value is held);
+- an output that is a view of its input or overwrites it (``view_map``,
+  ``destroy_map``) shares the input's buffer.
+
+After every op it adds up the bytes held on each context, as
+``peak.PeakMeter`` measures them, and keeps the most.  Not counted, by the
+plan nor the meter: the values Scan keeps inside its loop, an op's own
+workspace, and what the allocator caches.
 """
 import numpy as np
 import theano
-from theano import gof
 from theano.compile import SharedVariable
+from theano.gof import vm
 from theano.gpuarray.type import GpuArrayType, get_context
-from theano.tensor.nnet import corr
+from theano.ifelse import IfElse
 
 from ..config.devices import total_memory
 from ..config.flags import format_bytes, parse_device_memory
-from ..errors import ConfigurationError, PlanError
+from ..errors import PlanError
 from . import planner
-from theano.compile.ops import Shape, Shape_i
+from .value_shapes import NotPlannable, ValueShapes
 
 __all__ = ['NotPlannable', 'planned_peak', 'check_peak_fits']
-
-
-class NotPlannable(ValueError):
-    """A function's peak cannot be planned: the message says why."""
 
 
 def planned_peak(theano_function, args, names):
@@ -39,12 +42,11 @@ def planned_peak(theano_function, args, names):
     ``names``: {graph name of a context: its name} (a context it does not
     name is counted as 'default').  Raises NotPlannable."""
     fgraph = theano_function.maker.fgraph
-    shape_of = getattr(getattr(fgraph, 'shape_feature', None), 'shape_of', None)
-    if shape_of is None:
-        raise NotPlannable('the compiled graph keeps no shape inference (ShapeFeature)')
     try:
-        shapes = _Shapes(fgraph, shape_of, _input_values(theano_function, args))
-        return _replay(fgraph, shapes, names)
+        shapes = ValueShapes(fgraph, _input_values(theano_function, args))
+        order = _order(theano_function, shapes)
+        freeing = getattr(theano_function.maker.linker, 'allow_gc', True)
+        return _replay(fgraph, order, shapes, names, freeing)
     except NotPlannable:
         raise
     except Exception as error:   # a plan must not stop a step it cannot plan
@@ -54,20 +56,24 @@ def planned_peak(theano_function, args, names):
 
 def check_peak_fits(theano_function, args, mesh, title):
     """Raise PlanError, before a call with ``args`` runs, when its planned
-    peak on a context exceeds what the context may use: its
-    multigpu.device_memory, else its device's memory (not its free memory,
-    which excludes what the allocator keeps cached for the next step),
-    shared by the contexts on that device.  A function whose peak cannot be
-    planned, or a device that does not say its memory, is not checked."""
-    names = dict((mesh.graph_name(name), name) for name in mesh.names)
+    peak exceeds what a context may use: its multigpu.device_memory, else,
+    for the contexts of one device together, the device's memory (not its
+    free memory, which excludes what the allocator keeps cached from the
+    step before).  A function whose peak cannot be planned, or a device
+    that does not say its memory, is not checked: the call runs."""
     given = parse_device_memory(theano.config.multigpu.device_memory)
     try:
-        peak = planned_peak(theano_function, args, names)
-        room = planner.budgets(mesh.names, mesh.devices, given, lambda name: total_memory(
-            get_context(mesh.graph_name(name))))
-    except (NotPlannable, ConfigurationError):
+        peak = planned_peak(theano_function, args, mesh.names_by_graph_name())
+        limits = _limits(mesh, given)
+    except Exception:   # nothing planned, nothing refused
         return
-    over = [name for name in mesh.names if peak.get(name, 0) > room[name]]
+    over, lines = [], []
+    for names, room in limits:
+        need = sum(peak.get(name, 0) for name in names)
+        lines.append('%s: peak %s, has %s' % (' + '.join(names), format_bytes(need),
+                                              format_bytes(room)))
+        if need > room:
+            over += names
     if over:
         raise PlanError(
             '%s expects each context to hold, at the peak of its step, what it holds at once '
@@ -76,9 +82,24 @@ def check_peak_fits(theano_function, args, mesh, title):
             'this call, before it ran:\n  %s\nUse a smaller batch or more contexts, split '
             'more weights (a lower multigpu.shard_split), or raise multigpu.device_memory '
             'if the devices have more memory than it says.'
-            % (title, ', '.join(over), '\n  '.join(
-                '%s: peak %s, has %s' % (name, format_bytes(peak.get(name, 0)),
-                                         format_bytes(room[name])) for name in mesh.names)))
+            % (title, ', '.join(over), '\n  '.join(lines)))
+
+
+def _limits(mesh, given):
+    """[(context names, bytes they may hold together)]: each context with
+    a multigpu.device_memory alone, the others grouped by device."""
+    limits, by_device = [], {}
+    for name in mesh.names:
+        budget = given.get(name, given.get(None))
+        if budget is not None:
+            limits.append(([name], budget))
+        else:
+            by_device.setdefault(mesh.devices[name], []).append(name)
+    for names in by_device.values():
+        memory = total_memory(get_context(mesh.graph_name(names[0])))
+        if memory is not None:
+            limits.append((names, memory))
+    return limits
 
 
 def _input_values(theano_function, args):
@@ -95,173 +116,132 @@ def _input_values(theano_function, args):
     return values
 
 
-class _Shapes(object):
-    """The shapes of a graph's values, in graph order: each op's output
-    shapes from its ``infer_shape`` given its inputs' shapes as numbers
-    (``SHAPE_RULES`` for the GPU ops that have none), else from the graph's
-    shape inference; a shape expression is evaluated with the ops' Python
-    implementations on scalars and shape vectors alone."""
-
-    def __init__(self, fgraph, shape_of, values):
-        self.shape_of = shape_of
-        self.values = dict(values)
-        self.known = {}
-        for node in fgraph.toposort():
-            self._infer(node)
-
-    def shape(self, variable):
-        if variable in self.values:
-            value = self.values[variable]
-            return tuple(value.shape) if hasattr(value, 'shape') else np.shape(value)
-        if isinstance(variable, gof.Constant):
-            return np.shape(variable.data)
-        if variable.owner is None:
-            if getattr(variable.type, 'ndim', 0):
-                raise NotPlannable('%s has no value to read its shape from' % variable)
-            return ()
-        if variable not in self.known:
-            raise NotPlannable('the shape of %s (computed by %s) is known only once it is '
-                               'computed' % (variable, variable.owner.op))
-        return self.known[variable]
-
-    def _infer(self, node):
-        rule = SHAPE_RULES.get(type(node.op).__name__)
-        try:
-            inputs = [self.shape(v) for v in node.inputs]
-            if rule is not None:
-                found = rule(node, inputs)
-            elif hasattr(node.op, 'infer_shape'):
-                found = node.op.infer_shape(node, inputs)
-            else:
-                found = [self.shape_of[o] for o in node.outputs]
-            for output, shape in zip(node.outputs, found):
-                self.known[output] = tuple(int(self._value(d)) for d in shape)
-        except NotPlannable:
-            raise
-        except Exception as error:   # any op's own error: the shapes cannot tell
-            raise NotPlannable('the output shape of %s cannot be inferred from its inputs\' '
-                               '(%s: %s)' % (node.op, type(error).__name__, error))
-
-    def _value(self, variable):
-        if not isinstance(variable, gof.Variable):
-            return variable
-        if variable in self.values:
-            return self.values[variable]
-        if isinstance(variable, gof.Constant):
-            return variable.data
-        node = variable.owner
-        if node is None:
-            raise NotPlannable('%s has no value' % variable)
-        if isinstance(node.op, Shape_i):
-            return np.asarray(self.shape(node.inputs[0])[node.op.i], dtype='int64')
-        if isinstance(node.op, Shape):
-            return np.asarray(self.shape(node.inputs[0]), dtype='int64')
-        if any(getattr(v.type, 'ndim', 0) > 1 for v in node.inputs + node.outputs):
-            raise NotPlannable('the shape of a value needs %s computed' % node.op)
-        storage = [[None] for _ in node.outputs]
-        node.op.perform(node, [self._value(v) for v in node.inputs], storage)
-        for output, cell in zip(node.outputs, storage):
-            self.values[output] = cell[0]
-        return self.values[variable]
+def _order(theano_function, shapes):
+    """The ops the function's VM runs for this call, in its order."""
+    fgraph, machine = theano_function.maker.fgraph, theano_function.fn
+    if isinstance(machine, (vm.Loop, vm.LoopGC)):
+        return list(machine.nodes)
+    return _depth_first(fgraph, shapes, last_first=isinstance(machine, vm.Stack))
 
 
-def _same_as_first(node, shapes):
-    return [shapes[0]]
+def _depth_first(fgraph, shapes, last_first):
+    """Each op once the ops computing its inputs ran, and those its graph
+    orders before it (the readers of a value it overwrites), from the
+    outputs, in order or (``last_first``, the Stack) in reverse; an IfElse
+    needs its condition, then the side it takes."""
+    done, order = set(), []
+    before = dict((node, [o for p in prerequisites for o in p.outputs])
+                  for node, prerequisites in fgraph.orderings().items())
 
+    def needs(node):
+        if isinstance(node.op, IfElse):
+            condition = node.inputs[0]
+            if condition.owner is not None and condition.owner not in done:
+                return [condition]
+            inputs = [condition] + list(_taken(node, shapes))
+        else:
+            inputs = list(node.inputs)
+        # The C VM runs the ordered-before first; the Stack lists them last.
+        ordered = before.get(node, [])
+        return inputs + ordered if last_first else ordered + inputs
 
-def _dot22(node, shapes):
-    return [(shapes[0][0], shapes[1][1])]
-
-
-def _as_cpu(cpu_class):
-    """The rule of a GPU correlation op: its CPU twin's ``infer_shape``,
-    which reads the same attributes."""
-    def rule(node, shapes):
-        return cpu_class.infer_shape(node.op, node, shapes)
-    return rule
-
-
-# GPU ops with no infer_shape of their own.
-SHAPE_RULES = {'GpuContiguous': _same_as_first, 'GpuGemm': _same_as_first,
-               'GpuGemv': _same_as_first, 'GpuGer': _same_as_first, 'GpuDot22': _dot22,
-               'GpuCorrMM': _as_cpu(corr.CorrMM),
-               'GpuCorrMM_gradWeights': _as_cpu(corr.CorrMM_gradWeights),
-               'GpuCorrMM_gradInputs': _as_cpu(corr.CorrMM_gradInputs)}
-
-
-def _stack_order(fgraph):
-    """The ops in the order Theano's Stack VM runs them (non-lazy: an op
-    whose inputs are not all computed goes back on the stack under the ops
-    that compute them)."""
-    destroy_deps = _destroy_dependencies(fgraph)
-    computed = set(v for v in fgraph.variables if v.owner is None)
-    stack = [o.owner for o in fgraph.outputs if o.owner]
-    order = []
+    roots = [o.owner for o in fgraph.outputs if o.owner]
+    stack = list(roots) if last_first else list(reversed(roots))
     while stack:
         node = stack.pop()
-        deps = node.inputs + destroy_deps.get(node, [])
-        if all(v in computed for v in deps):
-            if not all(o in computed for o in node.outputs):
-                order.append(node)
-                computed.update(node.outputs)
-        else:
+        if node in done:
+            continue
+        waiting = [v.owner for v in needs(node) if v.owner is not None and v.owner not in done]
+        if waiting:
             stack.append(node)
-            stack.extend(v.owner for v in deps if v.owner)
+            stack.extend(waiting if last_first else reversed(waiting))
+        else:
+            done.add(node)
+            order.append(node)
     return order
 
 
-def _destroy_dependencies(fgraph):
-    """{node: the variables that must be computed before it runs} from the
-    graph's orderings (an op overwriting a value runs after its readers)."""
-    found = {}
-    for node, prerequisites in fgraph.orderings().items():
-        found[node] = [o for p in prerequisites for o in p.outputs]
+def _taken(node, shapes):
+    """The inputs of the side of IfElse ``node`` its condition takes."""
+    n = node.op.n_outs
+    if np.asarray(shapes.value(node.inputs[0])).item():
+        return node.inputs[1:1 + n]
+    return node.inputs[1 + n:1 + 2 * n]
+
+
+def _aliases(node, shapes):
+    """{output index: index of the input whose buffer it shares}."""
+    if isinstance(node.op, IfElse):
+        # A view of the true side, when taken (the false side is copied).
+        taken_true = node.inputs[1:1 + node.op.n_outs] == _taken(node, shapes)
+        return dict((k, 1 + k) for k in range(node.op.n_outs)) \
+            if node.op.as_view and taken_true else {}
+    found = dict((k, ins[0]) for k, ins in (getattr(node.op, 'view_map', {}) or {}).items())
+    found.update((k, ins[0]) for k, ins in (getattr(node.op, 'destroy_map', {}) or {}).items())
     return found
 
 
-def _replay(fgraph, shapes, names):
-    """The most bytes per context held at once, replaying the Stack's
-    order with its frees (see the module docstring)."""
+class _Held(object):
+    """The bytes held per context, buffer by buffer: a buffer counts while
+    any value on it is held, at the size of the largest."""
+
+    def __init__(self):
+        self.total = {}
+        self._buffer = {}     # value: the value whose buffer it is on
+        self._size = {}       # buffer: (context, bytes)
+        self._holders = {}    # buffer: values held on it
+
+    def hold(self, variable, context, nbytes, source=None):
+        buffer = self._buffer.get(source, variable) if source is not None else variable
+        self._buffer[variable] = buffer
+        before = self._size.get(buffer, (context, 0))[1] if self._holders.get(buffer) else 0
+        size = max(before, nbytes)
+        self._size[buffer] = (context, size)
+        self._holders[buffer] = self._holders.get(buffer, 0) + 1
+        self.total[context] = self.total.get(context, 0) + size - before
+
+    def free(self, variable):
+        buffer = self._buffer.get(variable)
+        if buffer is None:
+            return
+        self._holders[buffer] -= 1
+        if not self._holders[buffer]:
+            context, size = self._size[buffer]
+            self.total[context] -= size
+
+
+def _replay(fgraph, order, shapes, names, freeing):
+    """The most bytes per context held at once (see the module docstring)."""
+    # A value is freed once every op that reads it ran: one the VM skips
+    # (a branch not taken) keeps it until the call ends.
     readers = {}
     for node in fgraph.apply_nodes:
         for variable in node.inputs:
-            readers.setdefault(variable, []).extend(node.outputs)
+            readers.setdefault(variable, set()).add(node)
     outputs = set(fgraph.outputs)
-    buffer_of, size_of, context_of = {}, {}, {}
+    held = _Held()
 
     def hold(variable, source=None):
-        if not isinstance(variable.type, GpuArrayType):
-            return
-        buffer_of[variable] = buffer_of.get(source, variable) if source is not None else variable
-        key = buffer_of[variable]
-        size = int(np.prod(shapes.shape(variable), dtype='int64')) * \
-            np.dtype(variable.dtype).itemsize
-        size_of[key] = max(size_of.get(key, 0), size)
-        context_of[key] = names.get(variable.type.context_name, 'default')
+        if isinstance(variable.type, GpuArrayType):
+            nbytes = int(np.prod(shapes.shape(variable), dtype='int64')) * \
+                np.dtype(variable.dtype).itemsize
+            held.hold(variable, names.get(variable.type.context_name, 'default'), nbytes,
+                      source)
 
-    live = set()
-    for variable in fgraph.variables:
-        if variable.owner is None:
-            hold(variable)
-            live.add(variable)
-    computed = set(live)
-    peak = {}
-    for node in _stack_order(fgraph):
-        aliases = dict(getattr(node.op, 'view_map', {}) or {})
-        aliases.update(getattr(node.op, 'destroy_map', {}) or {})
+    for variable in fgraph.inputs:
+        hold(variable)
+    peak = dict(held.total)
+    ran = set()
+    for node in order:
+        aliases = _aliases(node, shapes)
         for k, output in enumerate(node.outputs):
-            source = node.inputs[aliases[k][0]] if k in aliases else None
-            hold(output, source)
-            live.add(output)
-            computed.add(output)
-        held = {}
-        for key in set(buffer_of[v] for v in live if v in buffer_of):
-            held[context_of[key]] = held.get(context_of[key], 0) + size_of[key]
-        for name, n in held.items():
+            hold(output, node.inputs[aliases[k]] if k in aliases else None)
+        ran.add(node)
+        for name, n in held.total.items():
             peak[name] = max(peak.get(name, 0), n)
-        for variable in node.inputs:
-            if (variable.owner is not None and variable not in outputs
-                    and readers.get(variable)
-                    and all(v in computed for v in readers[variable])):
-                live.discard(variable)
+        if freeing:
+            for variable in set(node.inputs):
+                if (variable.owner is not None and variable not in outputs
+                        and readers[variable] <= ran):
+                    held.free(variable)
     return peak

@@ -12,7 +12,8 @@ from ..config.flags import format_bytes
 from . import transfer
 from .batchwise import names_in_order
 from .peak import peak_of
-from .peak_plan import NotPlannable, planned_peak
+from .peak_plan import planned_peak
+from .value_shapes import NotPlannable
 from .placement import context_of, heavy_op_counts
 from .plan import nbytes, planned_bytes
 from .rows import slice_bounds
@@ -131,9 +132,8 @@ def _planned_peak(theano_function, mesh, inputs):
     """({context name: planned peak bytes}, None), or ({}, why not)."""
     if inputs is None:
         return {}, None
-    names = dict((mesh.graph_name(name), name) for name in mesh.names)
     try:
-        return planned_peak(theano_function, inputs, names), None
+        return planned_peak(theano_function, inputs, mesh.names_by_graph_name()), None
     except NotPlannable as error:
         return {}, str(error)
 

@@ -151,9 +151,9 @@ class FirstCallReport(_Wrapper):
 
 
 class PeakChecked(_Wrapper):
-    """A Keras backend Function whose call with inputs of shapes not seen
-    before stops, before it runs, when its planned peak does not fit a
-    context (PlanError, see ``graph.peak_plan.check_peak_fits``)."""
+    """A Keras backend Function whose call with inputs of shapes (and
+    scalars) not seen before stops, before it runs, when its planned peak
+    does not fit (PlanError, see ``graph.peak_plan.check_peak_fits``)."""
 
     def __init__(self, keras_function, mesh, title):
         self._keras_function = keras_function
@@ -162,7 +162,9 @@ class PeakChecked(_Wrapper):
         self._fitted = set()   # the inputs' shapes checked
 
     def __call__(self, inputs):
-        shapes = tuple(np.shape(value) for value in inputs)
+        # A scalar input (the learning phase) may choose a branch: its value counts.
+        shapes = tuple(np.shape(value) if np.ndim(value) else ('value', np.asarray(value).item())
+                       for value in inputs)
         if shapes not in self._fitted:
             from ..graph import peak_plan
             peak_plan.check_peak_fits(self._keras_function.function, inputs, self._mesh,

@@ -70,8 +70,7 @@ def _measuring(kwargs, mesh):
     if not theano.config.multigpu.measure_peak or 'mode' in kwargs:
         return kwargs
     from ..graph import peak
-    names = dict((mesh.graph_name(name), name) for name in mesh.names)
-    return dict(kwargs, mode=peak.measuring_mode(names))
+    return dict(kwargs, mode=peak.measuring_mode(mesh.names_by_graph_name()))
 
 
 def mpi_ranks(mesh):
