@@ -93,10 +93,13 @@ def _needed(stderr):
 
 
 def test_a_model_too_big_for_one_context_trains_only_when_spread(tmp_path):
-    """A budget of 60% of what the model needs: the balanced plan fits it on
-    two contexts and trains; all layers on dev0 stops before compiling,
-    and so does a budget of 30%, with the bytes needed and available."""
-    homes = [tmp_path / name for name in ('probe', 'spread', 'one', 'small')]
+    """A budget of 75% of what the model needs: the balanced plan fits it on
+    two contexts, and so does each context's step at its peak (the plan
+    counts weights, state and activations, the peak gradients too: at 60%
+    the first step stops before it runs), and it trains; all layers on
+    dev0 stops before compiling, and so does a budget of 30%, with the
+    bytes needed and available."""
+    homes = [tmp_path / name for name in ('probe', 'spread', 'one', 'small', 'peak')]
     for home in homes:
         home.mkdir()
     probe = _deep_mlp(homes[0], 'multigpu.device_memory=1KiB')
@@ -105,7 +108,7 @@ def test_a_model_too_big_for_one_context_trains_only_when_spread(tmp_path):
     needed = _needed(probe.stderr)
     assert 50 * 1024 < needed < 70 * 1024   # weights + Adam's 2 states + activations
 
-    budget = 'multigpu.device_memory=%d' % int(0.6 * needed)
+    budget = 'multigpu.device_memory=%d' % int(0.75 * needed)
     spread = _deep_mlp(homes[1], budget)
     assert spread.returncode == 0, spread.stderr[-3000:]
     contexts = set(np.load(str(homes[1] / 'out.npz'))['deep_mlp/layer_contexts'])
@@ -119,6 +122,10 @@ def test_a_model_too_big_for_one_context_trains_only_when_spread(tmp_path):
     small = _deep_mlp(homes[3], 'multigpu.device_memory=%d' % int(0.3 * needed))
     assert small.returncode != 0
     assert 'do(es) not fit' in small.stderr and 'Add contexts' in small.stderr
+
+    peak = _deep_mlp(homes[4], 'multigpu.device_memory=%d' % int(0.6 * needed))
+    assert peak.returncode != 0
+    assert 'expects each context to hold, at the peak of its step' in peak.stderr, peak.stderr
 
 
 def test_explicit_layer_map_is_followed_and_checked(home):

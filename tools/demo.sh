@@ -69,10 +69,10 @@ step_batch_wise() {
 }
 
 step_layer_wise() {
-  local budget='dev0->500KiB;dev1->250KiB'
+  local budget='dev0->1MiB;dev1->1MiB'
   local flags="contexts=dev0->opencl0:0;dev1->opencl0:1,multigpu.mode=layer,multigpu.device_memory=$budget"
   say "Step layer_wise: the same script, layer-wise on two pocl contexts with memory budgets ($budget, multigpu.device_memory; dev0 also holds Dropout's random generator state, 360 KiB) that one context alone cannot meet"
-  echo "   First with every layer on dev0 (multigpu.layer_map='*->dev0'): it must stop before compiling."
+  echo "   First with every layer on dev0 (multigpu.layer_map='*->dev0'): it must stop before its first step."
   local output
   if output=$(THEANO_FLAGS="$BASE_FLAGS,$flags,multigpu.layer_map=*->dev0" "$PYTHON" examples/digits_mlp.py 2>&1); then
     echo "demo: expected a PlanError with every layer on dev0, but the script ran" >&2
