@@ -5,7 +5,9 @@ device) is one child Python that trains every model of
 tests/children/train_models.py for 5 steps at the same global batch and
 writes an .npz; the configurations run side by side.  Batch 10 splits
 evenly over 2 contexts and unevenly over 4 (2, 3, 2, 3 rows); ``mlp@3``
-trains on a batch smaller than the number of contexts (on 4).
+trains on a batch smaller than the number of contexts (on 4).  A fifth
+configuration computes each context's rows as 2 micro-batches
+(multigpu.accumulate=2) on 2 contexts.
 """
 import json
 import textwrap
@@ -23,11 +25,14 @@ pytestmark = needs_pocl
 # 'local': multigpu.batchnorm=local, each replica normalising with its
 # rows' statistics, and the master holding every weight (multigpu.shard=False).
 SPLIT = ',multigpu.shard_split=0'
+# 'accumulate': 2 contexts, each computing its rows as 2 micro-batches
+# (multigpu.accumulate=2: batch 10 as 3 and 2 rows on each).
 CONFIGURATIONS = {1: ONE, 2: TWO + SPLIT, 4: FOUR + SPLIT,
-                  'local': TWO + ',multigpu.batchnorm=local,multigpu.shard=False'}
+                  'local': TWO + ',multigpu.batchnorm=local,multigpu.shard=False',
+                  'accumulate': TWO + SPLIT + ',multigpu.accumulate=2'}
 # The context names heavy ops run on (the master is Theano's default, None).
 GRAPH_NAMES = {2: ['None', 'dev1'], 4: ['None', 'dev1', 'dev2', 'dev3'],
-               'local': ['None', 'dev1']}
+               'local': ['None', 'dev1'], 'accumulate': ['None', 'dev1']}
 
 # Random draws too: each replica takes its rows of what one context draws,
 # dropout masks and the VAE's noise, of a fixed or a symbolic batch shape.
@@ -49,11 +54,15 @@ MODELS = EXACT
 # them (the functional API, a draw of a symbolic shape, one
 # BatchNormalization) only there: the four-BatchNormalization model trains on
 # 2 contexts.  The master alone holding the weights ('local') trains a model
-# with dropout too.
+# with dropout too.  Micro-batches train the models with random draws,
+# states carried across steps, and layer outputs the loss reads that later
+# layers read too (the VAE's), recurrent: the stateful LSTM alone (compiling
+# Scan's loops per micro-batch dominates).
 ON_FOUR_ONLY = ['functional', 'vae_symbolic', 'cnn_bn1', 'rows_meet']
 MODELS_ON = {1: MODELS, 2: [name for name in MODELS if name not in ON_FOUR_ONLY],
              4: ['mlp', 'cnn', 'functional', 'mlp@3', 'vae_symbolic', 'cnn_bn1', 'rows_meet'],
-             'local': ['cnn_bn1', 'mlp_dropout']}
+             'local': ['cnn_bn1', 'mlp_dropout'],
+             'accumulate': ['mlp', 'cnn', 'mlp_dropout', 'stateful_lstm', 'vae_fixed']}
 STEPS, BATCH = 5, 10
 RTOL, ATOL = 1e-4, 1e-6
 
@@ -72,7 +81,7 @@ def _keys(results, name, prefix=''):
 
 
 def _cases(names):
-    return [(n, name) for n in (2, 4, 'local') for name in names
+    return [(n, name) for n in (2, 4, 'local', 'accumulate') for name in names
             if name in MODELS_ON[n] and (n, name) != ('local', 'cnn_bn1')]
 
 
@@ -111,7 +120,7 @@ def test_sharded_weights_sit_where_the_plan_counted_them(runs, n, name):
         assert (memory[:, 0] > 0).sum() >= 2, memory
 
 
-@pytest.mark.parametrize('n,name', [case for case in _cases(MODELS) if case[0] != 'local'])
+@pytest.mark.parametrize('n,name', [case for case in _cases(MODELS) if case[0] in (2, 4)])
 def test_every_weight_with_a_row_per_context_is_split_and_read_through_the_shims_copies(
         runs, n, name):
     """multigpu.shard_split=0: each trainable weight with at least one row per
@@ -363,7 +372,8 @@ def test_a_model_one_context_cannot_hold_trains_sharded_and_a_bigger_one_stops(h
     quarter of each), and each holds no more than the budget.  A model 4
     times bigger fits no plan: it stops before compiling, with the bytes
     needed and available per context, and so does a step of 4096 rows,
-    whose planned peak does not fit, before it runs; so does (on 4
+    whose planned peak does not fit, before it runs (as micro-batches too:
+    the weights and their state fill the room); so does (on 4
     contexts) the fit of one that its predict, compiled first, split and placed without the optimizer
     state.  ``K.eval`` of a weight before it is placed and after reads
     its value, and (on 2 contexts) a trained LSTM called again on a new
@@ -383,6 +393,8 @@ def test_a_model_one_context_cannot_hold_trains_sharded_and_a_bigger_one_stops(h
     assert refused.startswith("Keras's train function expects each context to hold, at the "
                               "peak of its step"), refused
     assert ' |   dev0: peak ' in refused and ', has 162.5 KiB' in refused, refused
+    # Micro-batches cannot help: the weights, their state and copies fill the room.
+    assert 'multigpu.accumulate=auto: its planned peak at 2 micro-batches' in refused, refused
     assert lines['eval'] == 'True True'   # K.eval reads the placed weight, not its placeholder
     assert lines.get('recurrent', 'True True') == 'True True'
     assert ('recurrent' in lines) == (flags == TWO)

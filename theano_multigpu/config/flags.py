@@ -9,8 +9,8 @@ from ..errors import ConfigurationError
 
 __all__ = ['MODES', 'CHECK_ACTIONS', 'BATCHNORM_MODES', 'SCAN_LOOPS', 'SAVE_ON', 'NAME_RE',
            'arrow_entries', 'parse_contexts_flag', 'parse_seconds',
-           'format_contexts', 'parse_name_list', 'parse_size', 'parse_split_size', 'format_bytes',
-           'parse_device_memory', 'parse_layer_map']
+           'format_contexts', 'parse_name_list', 'parse_size', 'parse_split_size',
+           'parse_accumulate', 'format_bytes', 'parse_device_memory', 'parse_layer_map']
 
 MODES = ('auto', 'batch', 'layer')
 CHECK_ACTIONS = ('warn', 'error', 'off')
@@ -113,6 +113,19 @@ def parse_split_size(value):
             "multigpu.shard_split expects off or a size such as 64KiB, 1MiB or 0 (bytes), "
             "but received %r" % value)
     return parse_size(value, 'multigpu.shard_split')
+
+
+def parse_accumulate(value):
+    """multigpu.accumulate: ``'auto'`` -> 'auto'; ``'4'`` -> 4 (micro-batches
+    per context, at least 1)."""
+    text = str(value).strip().lower()
+    if text == 'auto':
+        return 'auto'
+    if not text.isdigit() or int(text) < 1:
+        raise ConfigurationError(
+            "multigpu.accumulate expects auto or a number of micro-batches of at least 1 "
+            "(1: none), e.g. THEANO_FLAGS='multigpu.accumulate=4', but received %r" % value)
+    return int(text)
 
 
 def format_bytes(n):

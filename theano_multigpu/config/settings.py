@@ -16,7 +16,8 @@ from ..errors import ConfigurationError
 from ..patch_targets import Attributes
 from . import devices, mesh
 from .flags import (BATCHNORM_MODES, CHECK_ACTIONS, MODES, NAME_RE, SAVE_ON, SCAN_LOOPS,
-                    format_contexts, parse_contexts_flag, parse_device_memory, parse_layer_map,
+                    format_contexts, parse_accumulate, parse_contexts_flag, parse_device_memory,
+                    parse_layer_map,
                     parse_name_list, parse_seconds, parse_split_size)
 
 __all__ = ['Setting', 'SETTINGS', 'SETTING', 'LEGACY_FLAGS', 'translate_legacy_value',
@@ -156,6 +157,23 @@ SETTINGS = (
              "one owner (split before by predict, it is updated whole on the "
              "master), as do smaller weights.  off: every weight has one "
              "owner.  The same numbers either way."),
+    Setting(
+        'multigpu.accumulate', 'auto', parse=parse_accumulate, example='4',
+        summary="batch-wise: each context computes its rows as K micro-batches, "
+                "one after the other, and one update applies their summed "
+                "gradients; ``auto``: the smallest K whose peak fits, where one "
+                "step's does not; ``1``: never",
+        help="Batch-wise mode in one process: each context computes its rows of "
+             "the batch as K micro-batches, one after the other, and one update "
+             "applies their summed gradients: the same numbers as one step at the "
+             "whole batch, with the activations of one micro-batch at a time (the "
+             "forward runs twice: once for the loss, once again for each "
+             "micro-batch's backward).  auto: K is 1 while a call's planned peak "
+             "fits (see multigpu.device_memory), else the smallest K that fits, "
+             "said on stderr and in the report's title.  A number sets K (at most "
+             "the rows per context); 1 turns it off.  Refused where the rows of "
+             "micro-batches meet inside the layers (BatchNormalization with "
+             "multigpu.batchnorm=sync, an op over the whole batch) and under MPI."),
     Setting(
         'multigpu.check', 'warn', kind='choice', choices=CHECK_ACTIONS,
         example='error',

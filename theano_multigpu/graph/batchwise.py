@@ -23,8 +23,10 @@ from theano.gpuarray.basic_ops import HostFromGpu, host_from_gpu
 from theano.gpuarray.type import GpuArrayType
 from theano.tensor.opt import Assert
 
+from ..errors import ConfigurationError
 from .blocks import split_updates
 from .gradients import gradient_stand_ins, real_gradients, stand_ins_in
+from .micro_batches import accumulated_gradients, accumulates, after, refuse_meeting_rows
 from .placed import (check_no_placeholder, holders, is_placed, placed_replacements, read_on,
                      split_cut, value_holder)
 from .replace import Rebuilder, replaced
@@ -130,43 +132,59 @@ class WithoutBatchSize(object):
         return op
 
 
-def _replica(frontier, inputs, context, bounds, whole, batch_size, without_batch_size):
-    """The Rebuilder of one replica: replacements that make ``frontier``
-    compute on ``context`` (HOST: on
+def _replica(frontier, inputs, context, bounds, whole, batch_size, without_batch_size,
+             earlier=()):
+    """The Rebuilder of one replica (see ``_replica_reading``)."""
+    return _replica_reading(frontier, inputs, context, bounds, whole, batch_size,
+                            without_batch_size, earlier)[0]
+
+
+def _replica_reading(frontier, inputs, context, bounds, whole, batch_size, without_batch_size,
+                     earlier=()):
+    """(the Rebuilder of one replica, what it reads for each weight:
+    {id(key): (key, value)}): replacements that make ``frontier`` compute
+    on ``context`` (HOST: on
     the host, as Theano places it): each batch input sliced and moved there,
     each weight's host view read from a copy moved there, and each tensor
     made for the whole batch (``whole``: [(variable, rows axis)], e.g. a
     random draw of the batch's shape, or a stateful layer's states) read as
     its rows of the one tensor one context would compute: a generator's
     state advances once.  ``without_batch_size``: the ops it applies
-    (WithoutBatchSize)."""
+    (WithoutBatchSize); ``earlier``: variables computed before it reads its
+    rows (the micro-batch before it)."""
     start, stop = bounds
 
     def place(x):
         return x if context == HOST else on_context(x, context)
     inputs = set(id(v) for v in inputs)
-    replace = {}
+    replace, weights = {}, {}
     for variable in gof.graph.inputs(frontier):
         if id(variable) in inputs and variable.ndim >= 1:
-            replace[variable] = place(variable[start:stop])
+            replace[variable] = place(after(variable[start:stop], earlier))
         elif is_placed(variable):   # copied from its owner, or gathered from its blocks
             replace[variable] = read_on(variable, context)
+            weights[id(variable)] = (variable, replace[variable])
+        elif isinstance(variable, SharedVariable) and not isinstance(variable.type,
+                                                                     GpuArrayType):
+            # A host weight, read as it is.
+            weights[id(variable)] = (variable, variable)
     if context != HOST:
         for node in gof.graph.io_toposort(gof.graph.inputs(frontier), frontier):
             source = node.inputs[0] if isinstance(node.op, HostFromGpu) else None
             if isinstance(source, SharedVariable) and isinstance(source.type, GpuArrayType):
                 replace[node.outputs[0]] = on_context(source, context)
+                weights[id(node.outputs[0])] = (node.outputs[0], replace[node.outputs[0]])
     for variable, axis in whole:
         # What it reads of a sharded weight, read where the weight lives (a
         # replacement's own graph is not searched for keys).
         source = replaced([variable], placed_replacements(gof.graph.inputs([variable]),
                                                           context))[0]
-        replace[variable] = place(rows_of(source, axis, bounds, batch_size))
-    return Rebuilder(replace, rebuilt_op=without_batch_size)
+        replace[variable] = place(after(rows_of(source, axis, bounds, batch_size), earlier))
+    return Rebuilder(replace, rebuilt_op=without_batch_size), weights
 
 
 def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, describe=None,
-            row_states=(), sync_batchnorm=True):
+            row_states=(), sync_batchnorm=True, micro_batches=1):
     """(outputs, updates, split) of the batch-wise function for ``mesh``;
     ``split`` (a Split) says which layers each replica computes and what
     runs on the master, for the placement report.
@@ -182,6 +200,8 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
     batch's statistics (else each replica's).  The mesh's contexts (or the
     host, if it has none) each compute their share; where the batch's rows
     meet, the master computes over the whole batch (``whole_batch``).
+    ``micro_batches``: each context computes its share as that many
+    micro-batches, one after the other (see ``micro_batches``).
     """
     gather = gather or LocalGather()
     contexts = [mesh.graph_name(name) for name in mesh.names] or [HOST]
@@ -209,6 +229,15 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
     state_reads = _state_reads(frontier, state_ids)
     describe = describe or (lambda node: (None, False))
     found = find_rows_meeting(batch_inputs + state_reads, frontier, describe, sync_batchnorm)
+    if micro_batches > 1:
+        if not isinstance(gather, LocalGather) or contexts == [HOST]:
+            raise ConfigurationError(
+                'multigpu.accumulate=%d: micro-batches run on the contexts of one process for '
+                'now, but this function is joined across MPI ranks; set '
+                'multigpu.accumulate=auto or 1 under MPI' % micro_batches)
+        refuse_meeting_rows(found, micro_batches, describe)
+    # Each context computes ``micro_batches`` replicas, one after the other.
+    places = [context for context in contexts for _ in range(micro_batches)]
     batch_size = batch_inputs[0].shape[0]
     # What a replica reads of a whole-batch value (its rows of a tensor
     # computed over the whole batch) is read once that value is built.
@@ -222,16 +251,21 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
     # replica's rows, and every later layer of every replica reads its
     # result.
     without_batch_size = WithoutBatchSize()
-    bounds = gather.replica_bounds(batch_size, len(contexts))
-    replicas = [_replica(frontier, inputs, context, rows, sliced_first, batch_size,
-                         without_batch_size)
-                for context, rows in zip(contexts, bounds)]
+    bounds = gather.replica_bounds(batch_size, len(places))
+    # A micro-batch reads its rows once the one before it on its context
+    # computed the layer outputs that hold rows.
+    with_rows = [v for v, axis in zip(frontier, found.frontier_rows) if axis is not None]
+    replicas = []
+    for number, (context, rows) in enumerate(zip(places, bounds)):
+        earlier = replicas[-1](with_rows) if number % micro_batches else ()
+        replicas.append(_replica(frontier, inputs, context, rows, sliced_first, batch_size,
+                                 without_batch_size, earlier))
 
     def join(pieces, axis, replicated, purpose=None, per_rank=None):
         """The replicas' ``pieces`` (their rows on ``axis``) joined on the
         master; ``per_rank(rows)``, where given, makes one row of this
         process's rows (on axis 0), and the ranks' such rows are joined."""
-        here = join_on_master(mesh, contexts, [rows_first(piece, axis) for piece in pieces],
+        here = join_on_master(mesh, places, [rows_first(piece, axis) for piece in pieces],
                               purpose)
         if per_rank is not None:
             here = per_rank(here)
@@ -249,7 +283,7 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
     def send(variable, value, axis, purpose):
         """Each replica reads ``variable`` as ``value`` (computed on the
         master), or as its rows of it on ``axis``."""
-        for context, rows, replica in zip(contexts, bounds, replicas):
+        for context, rows, replica in zip(places, bounds, replicas):
             here = value if axis is None else rows_of(value, axis, rows, batch_size)
             replica.add(variable, moved(here, master, context, purpose))
 
@@ -259,7 +293,7 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
     for kind, item in _in_graph_order(frontier, found.synced, found.computed_whole,
                                       sliced_later):
         if kind == 'synced':
-            _synchronise_batchnorm(item, master, contexts, replicas, join)
+            _synchronise_batchnorm(item, master, places, replicas, join)
         elif kind == 'whole':
             purpose = purpose_of(item.layer or str(item.node.op))
             total = _sum_of_partial_sums(item.node, found, replicas, join, purpose)
@@ -277,11 +311,11 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
     rows_at = found.frontier_rows
     joined = [k for k, axis in enumerate(rows_at) if axis is not None]
     computed = _checked(frontier, found.checks, joined[0] if joined else 0)
-    gathered = {}
+    gathered, values = {}, []
     if joined:
         pieces = [[rows_first(replica([computed[k]])[0], rows_at[k]) for replica in replicas]
                   for k in joined]
-        values = gather.join([join_on_master(mesh, contexts, p) for p in pieces], batch_size)
+        values = gather.join([join_on_master(mesh, places, p) for p in pieces], batch_size)
         gathered.update((frontier[k], rows_back(value, rows_at[k]))
                         for k, value in zip(joined, values))
     unjoined = [k for k, axis in enumerate(rows_at) if axis is None]
@@ -295,7 +329,24 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
     # gathered on the master.
     gathered.update(placed_replacements(gof.graph.inputs(roots + losses), master))
     gathered.update(_on_master(roots + losses, input_ids, batch_inputs, mesh, contexts))
-    gathered.update(gather.gradients(stand_ins, dict(gathered), value_holder))
+    by_micro_batch = [s for s in stand_ins if accumulates(s)] if micro_batches > 1 and values \
+        else []
+    if by_micro_batch:
+        def recompute(context, rows):
+            def again(earlier):
+                replica, weights = _replica_reading(frontier, inputs, context, rows,
+                                                    sliced_first, batch_size,
+                                                    without_batch_size, earlier)
+                return ([rows_first(replica([computed[k]])[0], rows_at[k]) for k in joined],
+                        weights)
+            return again
+        gathered.update(accumulated_gradients(
+            by_micro_batch, dict(gathered), values,
+            [(context, rows, recompute(context, rows)) for context, rows in zip(places, bounds)],
+            value_holder, lambda value, context: moved(value, master, context)))
+    # (A gradient of what is not a weight, an input's: through the first forward.)
+    gathered.update(gather.gradients([s for s in stand_ins if s not in by_micro_batch],
+                                     dict(gathered), value_holder))
 
     new_roots = replaced(roots, gathered)
     check_no_placeholder(new_roots, 'batch-wise rewrite', _SHARD_OFF)

@@ -33,7 +33,7 @@ from ..errors import PlanError
 from . import planner
 from .value_shapes import NotPlannable, ValueShapes
 
-__all__ = ['NotPlannable', 'planned_peak', 'check_peak_fits']
+__all__ = ['NotPlannable', 'planned_peak', 'peaks_and_room', 'misfit']
 
 
 def planned_peak(theano_function, args, names):
@@ -54,35 +54,40 @@ def planned_peak(theano_function, args, names):
                            % (type(error).__name__, error))
 
 
-def check_peak_fits(theano_function, args, mesh, title):
-    """Raise PlanError, before a call with ``args`` runs, when its planned
-    peak exceeds what a context may use: its multigpu.device_memory, else,
-    for the contexts of one device together, the device's memory (not its
-    free memory, which excludes what the allocator keeps cached from the
-    step before).  A function whose peak cannot be planned, or a device
-    that does not say its memory, is not checked: the call runs."""
+def peaks_and_room(theano_function, args, mesh):
+    """[(context names, their planned peak together, the room they have)]
+    for a call with ``args``: each context with a multigpu.device_memory
+    alone, the others grouped by device, against the device's memory (not
+    its free memory, which excludes what the allocator keeps cached from
+    the step before); None where the peak cannot be planned or a device
+    does not say its memory."""
     given = parse_device_memory(theano.config.multigpu.device_memory)
     try:
         peak = planned_peak(theano_function, args, mesh.names_by_graph_name())
         limits = _limits(mesh, given)
     except Exception:   # nothing planned, nothing refused
-        return
-    over, lines = [], []
-    for names, room in limits:
-        need = sum(peak.get(name, 0) for name in names)
-        lines.append('%s: peak %s, has %s' % (' + '.join(names), format_bytes(need),
-                                              format_bytes(room)))
-        if need > room:
-            over += names
-    if over:
-        raise PlanError(
-            '%s expects each context to hold, at the peak of its step, what it holds at once '
-            '(its weights and optimizer state, the copies of weights it reads, the batch\'s '
-            'activations and gradients), but %s do(es) not have that room. Planned for '
-            'this call, before it ran:\n  %s\nUse a smaller batch or more contexts, split '
-            'more weights (a lower multigpu.shard_split), or raise multigpu.device_memory '
-            'if the devices have more memory than it says.'
-            % (title, ', '.join(over), '\n  '.join(lines)))
+        return None
+    return [(names, sum(peak.get(name, 0) for name in names), room) for names, room in limits]
+
+
+def misfit(limits, title):
+    """The PlanError that stops a call, before it runs, whose planned peak
+    exceeds the room of its contexts (``limits``: ``peaks_and_room``'s, or
+    None where the peak is not planned: the call runs); None where it
+    fits.  ``title`` names the function."""
+    over = [name for names, need, room in limits or () if need > room for name in names]
+    if not over:
+        return None
+    return PlanError(
+        '%s expects each context to hold, at the peak of its step, what it holds at once '
+        '(its weights and optimizer state, the copies of weights it reads, the batch\'s '
+        'activations and gradients), but %s do(es) not have that room. Planned for '
+        'this call, before it ran:\n  %s\nUse a smaller batch or more contexts, split '
+        'more weights (a lower multigpu.shard_split), or raise multigpu.device_memory '
+        'if the devices have more memory than it says.'
+        % (title, ', '.join(over), '\n  '.join(
+            '%s: peak %s, has %s' % (' + '.join(names), format_bytes(need), format_bytes(room))
+            for names, need, room in limits)))
 
 
 def _limits(mesh, given):

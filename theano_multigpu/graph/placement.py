@@ -23,6 +23,7 @@ from theano.scan_module.scan_op import Scan
 from theano.gpuarray.type import GpuArrayType
 
 from ..errors import PlacementError
+from .micro_batches import After
 from .transfer import HOST, ToContext
 
 __all__ = ['HEAVY_OPS', 'context_of', 'heavy_nodes', 'heavy_op_counts', 'misplaced', 'check']
@@ -73,6 +74,8 @@ def _owners(fgraph, mesh):
             mine = frozenset([context_of(node.outputs[0], mesh)])
         elif isinstance(node.op, (Shape, Shape_i)):
             mine = frozenset()
+        elif isinstance(node.op, After):   # waits for the others, carries its first
+            mine = owners.get(node.inputs[0], frozenset())
         elif isinstance(getattr(node.op, 'scalar_op', None), Second):
             # fill(x, v) (ones_like, zeros_like) reads x's shape only
             mine = frozenset().union(*[owners.get(v, frozenset()) for v in node.inputs[1:]])

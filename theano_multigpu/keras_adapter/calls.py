@@ -3,7 +3,7 @@ called as Keras calls a Function (``f(inputs)``) and gives the wrapped
 Function's attributes (``function`` and the rest), and has one job:
 
 - ``SplitFunction``: batch-wise, one Function per number of contexts a
-  batch fills;
+  batch fills and of micro-batches it runs as;
 - ``LayerwiseFunction``: layer-wise, compiled at its first call, whose
   batch size the plan counts;
 - ``PeakChecked``: stops a call whose step's planned peak does not fit;
@@ -20,6 +20,8 @@ import sys
 
 import numpy as np
 
+from ..config.flags import format_bytes
+
 __all__ = ['call_rows', 'SplitFunction', 'LayerwiseFunction', 'PeakChecked', 'FirstCallReport',
            'FirstStepsWithoutLimit', 'SingleOutput']
 
@@ -28,6 +30,16 @@ def call_rows(inputs):
     """The rows of the batch a Function is handed: the length of its first
     input that has rows, or None where none has (a call of scalars)."""
     return next((len(x) for x in inputs if getattr(x, 'ndim', 0) >= 1), None)
+
+
+def _fitting(inputs):
+    """What whether a call fits depends on: in its ``inputs``, each
+    array's shape and a scalar's value (the learning phase may choose a
+    branch), and multigpu.device_memory (a script may raise it after a
+    refusal)."""
+    import theano
+    return (tuple(np.shape(value) if np.ndim(value) else ('value', np.asarray(value).item())
+                  for value in inputs), theano.config.multigpu.device_memory)
 
 
 def _shares(rows, ranks):
@@ -55,15 +67,24 @@ class SplitFunction(_Wrapper):
     graphs, and so the order of their collectives, are alike.  A call
     without rows counts as one of as many rows as contexts.
 
-    ``compile_for(mesh, idle=False)`` returns the Keras Function for
-    ``mesh`` (``idle``: for an MPI rank whose share of the batch is empty).
+    ``accumulate`` (multigpu.accumulate): each context computes its rows as
+    that many micro-batches (of at least one row each), or, ``'auto'``, as the
+    fewest whose planned peak fits (see ``_fewest_that_fit``).
+
+    ``compile_for(mesh, idle=False, micro_batches=1)`` returns the Keras
+    Function for ``mesh`` (``idle``: for an MPI rank whose share of the
+    batch is empty).
     """
 
-    def __init__(self, compile_for, mesh, ranks=None):
+    def __init__(self, compile_for, mesh, ranks=None, accumulate=1, stream=None):
         self._compile_for = compile_for
         self._mesh = mesh
         self._ranks = ranks
-        self._by_count = {mesh.size: compile_for(mesh)}
+        self._accumulate = accumulate
+        self._stream = stream
+        self._first = (mesh.size, 1 if accumulate == 'auto' else accumulate)
+        self._compiled = {self._first: compile_for(mesh, micro_batches=self._first[1])}
+        self._chosen = {}   # (contexts, _fitting(inputs)): micro-batches
 
     def __call__(self, inputs):
         rows = call_rows(inputs)
@@ -72,14 +93,83 @@ class SplitFunction(_Wrapper):
             shares = _shares(rows, self._ranks)
             rows = min(share for share in shares if share) if shares[self._ranks[0]] else 0
         count = min(rows, self._mesh.size) if self._ranks else max(1, min(rows, self._mesh.size))
-        if count not in self._by_count:
+        most = max(1, rows // max(count, 1))   # micro-batches of a row or more
+        if self._accumulate == 'auto':
+            key = (count, _fitting(inputs))
+            if key not in self._chosen:
+                self._chosen[key] = self._fewest_that_fit(count, most, rows, inputs)
+            micro_batches = self._chosen[key]
+        else:
+            micro_batches = min(self._accumulate, most)
+        return self._function(count, micro_batches)(inputs)
+
+    def _function(self, count, micro_batches):
+        if (count, micro_batches) not in self._compiled:
             # count 0: an MPI rank without rows (idle, see the MPI gather)
-            self._by_count[count] = self._compile_for(self._mesh.first(max(count, 1)),
-                                                      idle=count == 0)
-        return self._by_count[count](inputs)
+            self._compiled[count, micro_batches] = self._compile_for(
+                self._mesh.first(max(count, 1)), idle=count == 0, micro_batches=micro_batches)
+        return self._compiled[count, micro_batches]
+
+    def _fewest_that_fit(self, count, most, rows, inputs):
+        """The fewest micro-batches per context (up to ``most``, and
+        ``MOST_MICRO_BATCHES``) whose planned peak fits (``PeakChecked``):
+        1 where it fits; else 2; else from the estimate of two plans
+        (``micro_batches.estimated_micro_batches``), up by doubling until
+        one fits, then the fewest between.  PlanError when none fits, or
+        the function cannot run as micro-batches."""
+        from ..errors import ConfigurationError, PlanError
+        from ..graph.micro_batches import MOST_MICRO_BATCHES, estimated_micro_batches
+        whole = self._function(count, 1)
+        misfit = whole.misfit(inputs)
+        if misfit is None:
+            return 1
+        limit = min(most, MOST_MICRO_BATCHES)
+
+        def function(micro_batches):
+            try:
+                return self._function(count, micro_batches)
+            except ConfigurationError as why:
+                raise PlanError('%s\nmultigpu.accumulate=auto cannot make it fit: %s'
+                                % (misfit, why))
+
+        def cannot(why):
+            return PlanError('%s\nmultigpu.accumulate=auto: %s; use a smaller batch or more '
+                             'contexts, or set multigpu.accumulate to a number by hand.'
+                             % (misfit, why))
+        if limit < 2:
+            raise cannot('the contexts have too few rows for 2 micro-batches each')
+        if function(2).misfit(inputs) is None:
+            low, high = 1, 2
+        else:
+            estimate = estimated_micro_batches(whole.planned(inputs),
+                                               function(2).planned(inputs))
+            if estimate is None or estimate > limit:
+                raise cannot('its planned peak at 2 micro-batches per context (%s) leaves too '
+                             'little room for what does not shrink with them (weights, their '
+                             'optimizer state, copies and gradients) within %d micro-batches'
+                             % (', '.join('%s %s' % ('+'.join(names), format_bytes(need))
+                                          for names, need, _ in function(2).planned(inputs)),
+                                limit))
+            if limit == 2:
+                raise cannot('2 micro-batches per context do not fit, and the contexts have '
+                             'too few rows for more')
+            low, high = 2, min(max(3, estimate), limit)
+            while function(high).misfit(inputs) is not None:
+                if high >= limit:
+                    raise cannot('%d micro-batches per context do not fit either' % high)
+                low, high = high, min(2 * high, limit)
+        while high - low > 1:
+            middle = (low + high) // 2
+            fits = function(middle).misfit(inputs) is None
+            low, high = (low, middle) if fits else (middle, high)
+        (self._stream or sys.stderr).write(
+            'theano_multigpu: %s: a batch of %d rows does not fit at once on %d context(s); '
+            'each computes its rows as %d micro-batches (multigpu.accumulate=auto)\n'
+            % (whole.title, rows, count, high))
+        return high
 
     def _wrapped(self):
-        return self._by_count[self._mesh.size]
+        return self._compiled[self._first]
 
 
 class LayerwiseFunction(_Wrapper):
@@ -153,24 +243,35 @@ class FirstCallReport(_Wrapper):
 class PeakChecked(_Wrapper):
     """A Keras backend Function whose call with inputs of shapes (and
     scalars) not seen before stops, before it runs, when its planned peak
-    does not fit (PlanError, see ``graph.peak_plan.check_peak_fits``)."""
+    does not fit (PlanError, see ``graph.peak_plan.misfit``)."""
 
     def __init__(self, keras_function, mesh, title):
         self._keras_function = keras_function
         self._mesh = mesh
-        self._title = title
-        self._fitted = set()   # the inputs' shapes checked
+        self.title = title
+        self._planned = {}   # _fitting(inputs): peak_plan.peaks_and_room's
 
     def __call__(self, inputs):
-        # A scalar input (the learning phase) may choose a branch: its value counts.
-        shapes = tuple(np.shape(value) if np.ndim(value) else ('value', np.asarray(value).item())
-                       for value in inputs)
-        if shapes not in self._fitted:
-            from ..graph import peak_plan
-            peak_plan.check_peak_fits(self._keras_function.function, inputs, self._mesh,
-                                      self._title)
-            self._fitted.add(shapes)
+        misfit = self.misfit(inputs)
+        if misfit is not None:
+            raise misfit
         return self._keras_function(inputs)
+
+    def planned(self, inputs):
+        """[(context names, planned peak, room)] of a call with ``inputs``
+        (``peak_plan.peaks_and_room``), or None where it is not planned."""
+        key = _fitting(inputs)
+        if key not in self._planned:
+            from ..graph import peak_plan
+            self._planned[key] = peak_plan.peaks_and_room(self._keras_function.function,
+                                                          inputs, self._mesh)
+        return self._planned[key]
+
+    def misfit(self, inputs):
+        """The PlanError a call with ``inputs`` raises before it runs, or
+        None where its planned peak fits."""
+        from ..graph import peak_plan
+        return peak_plan.misfit(self.planned(inputs), self.title)
 
     def _wrapped(self):
         return self._keras_function

@@ -22,6 +22,11 @@ def compile_function(keras_function, inputs, outputs, updates, kwargs, title):
     ranks = mpi_ranks(mesh)
     kwargs = _measuring(kwargs, mesh)
     if mesh.mode == 'layer':
+        if _accumulate(ranks) not in ('auto', 1):
+            raise ConfigurationError(
+                'multigpu.accumulate=%d: micro-batches are batch-wise mode\'s, but '
+                'multigpu.mode is layer; set multigpu.mode=batch, or multigpu.accumulate=auto'
+                % _accumulate(ranks))
         updates = _unique_updates(updates)
         if ranks is not None:
             _refuse_states_across_ranks(list(outputs) + [new for _, new in updates], title)
@@ -50,10 +55,10 @@ def compile_function(keras_function, inputs, outputs, updates, kwargs, title):
         if mesh.graph_name(mesh.master) is not None:
             _steer_to(inputs, mesh.graph_name(mesh.master))
 
-    def compile_for(mesh, idle=False):
+    def compile_for(mesh, idle=False, micro_batches=1):
         return _compile_batchwise(keras_function, list(inputs), list(outputs), updates,
-                                  kwargs, mesh, title, mpi, idle)
-    split = calls.SplitFunction(compile_for, mesh, ranks)
+                                  kwargs, mesh, title, mpi, idle, micro_batches)
+    split = calls.SplitFunction(compile_for, mesh, ranks, _accumulate(ranks))
     if ranks is None:
         return split
     # Ranks compile for different times (caches of their own): all of them
@@ -61,6 +66,15 @@ def compile_function(keras_function, inputs, outputs, updates, kwargs, title):
     from ..mpi import world
     world.wait_for_every_rank(title, float('inf'))
     return calls.FirstStepsWithoutLimit(split)
+
+
+def _accumulate(ranks):
+    """multigpu.accumulate: 'auto' or a number of micro-batches; under MPI
+    (``ranks``) auto is 1 (each rank would plan its own share)."""
+    import theano
+    from ..config.flags import parse_accumulate
+    setting = parse_accumulate(theano.config.multigpu.accumulate)
+    return 1 if setting == 'auto' and ranks is not None else setting
 
 
 def _measuring(kwargs, mesh):
@@ -135,10 +149,11 @@ def _gather(mpi, idle, inputs, title):
 
 
 def _compile_batchwise(keras_function, inputs, outputs, updates, kwargs, mesh, title,
-                       mpi=None, idle=False):
+                       mpi=None, idle=False, micro_batches=1):
     """Keras's Function of the batch-wise rewrite for ``mesh`` (and under
-    MPI, ``mpi``: ((rank, size), the function's number)), its placement
-    checked (and reported at its first call, if asked)."""
+    MPI, ``mpi``: ((rank, size), the function's number)), each context's
+    rows computed as ``micro_batches``, its placement checked (and reported
+    at its first call, if asked)."""
     from ..graph import batchwise
     from ..graph.gradients import stand_ins_in
     from . import keras_graph
@@ -149,10 +164,13 @@ def _compile_batchwise(keras_function, inputs, outputs, updates, kwargs, mesh, t
     outputs, updates, split = batchwise.rewrite(
         inputs, outputs, updates, mesh, keras_graph.is_layer_output,
         _gather(mpi, idle, inputs, title),
-        describe, keras_graph.row_states(roots), theano.config.multigpu.batchnorm == 'sync')
+        describe, keras_graph.row_states(roots), theano.config.multigpu.batchnorm == 'sync',
+        micro_batches)
     compiled = keras_function(inputs, outputs, updates=updates, **kwargs)
     if len(mesh.names) < len(mesh_module.current().names):
         title += ' (for batches of %d row(s): on %s)' % (len(mesh.names), ', '.join(mesh.names))
+    if micro_batches > 1:
+        title += ' (in %d micro-batches per context)' % micro_batches
     return _checked(compiled, mesh, title, split)
 
 
