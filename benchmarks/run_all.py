@@ -5,6 +5,7 @@ import platform
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import accumulate  # noqa: E402
 import batchnorm  # noqa: E402
 import deep_models  # noqa: E402
 import batchwise  # noqa: E402
@@ -30,6 +31,7 @@ def main():
     opencl.main([])
     batchwise.main([])
     sharding.main([])
+    accumulate.main([])
     batchnorm.main([])
     whole_batch.main([])
     deep_models.main([])
