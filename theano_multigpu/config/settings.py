@@ -173,7 +173,8 @@ SETTINGS = (
              "said on stderr and in the report's title.  A number sets K (at most "
              "the rows per context); 1 turns it off.  Refused where the rows of "
              "micro-batches meet inside the layers (BatchNormalization with "
-             "multigpu.batchnorm=sync, an op over the whole batch) and under MPI.  "
+             "multigpu.batchnorm=sync, an op over the whole batch) and under MPI "
+             "(where auto stays at 1).  "
              "With multigpu.batchnorm=local each micro-batch normalises with its "
              "own rows' statistics: numbers that change with K."),
     Setting(

@@ -180,6 +180,7 @@ def _replica_reading(frontier, inputs, context, bounds, whole, batch_size, witho
         source = replaced([variable], placed_replacements(gof.graph.inputs([variable]),
                                                           context))[0]
         replace[variable] = place(after(rows_of(source, axis, bounds, batch_size), earlier))
+        weights.pop(id(variable), None)   # (a stateful layer's states: rows, not a weight)
     return Rebuilder(replace, rebuilt_op=without_batch_size), weights
 
 
@@ -233,8 +234,9 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
         if not isinstance(gather, LocalGather) or contexts == [HOST]:
             raise ConfigurationError(
                 'multigpu.accumulate=%d: micro-batches run on the contexts of one process for '
-                'now, but this function is joined across MPI ranks; set '
-                'multigpu.accumulate=auto or 1 under MPI' % micro_batches)
+                'now, but this function %s; set multigpu.accumulate=auto or 1'
+                % (micro_batches, 'has no contexts' if contexts == [HOST]
+                   else 'is joined across MPI ranks'))
         refuse_meeting_rows(found, micro_batches, describe)
     # Each context computes ``micro_batches`` replicas, one after the other.
     places = [context for context in contexts for _ in range(micro_batches)]
@@ -329,8 +331,9 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
     # gathered on the master.
     gathered.update(placed_replacements(gof.graph.inputs(roots + losses), master))
     gathered.update(_on_master(roots + losses, input_ids, batch_inputs, mesh, contexts))
-    by_micro_batch = [s for s in stand_ins if accumulates(s)] if micro_batches > 1 and values \
-        else []
+    by_micro_batch = [s for s in stand_ins if accumulates(s)
+                      and id(s.tag.multigpu_gradient.param) not in state_ids] \
+        if micro_batches > 1 and values else []
     if by_micro_batch:
         def recompute(context, rows):
             def again(earlier):
