@@ -1,9 +1,8 @@
 """Micro-batches (multigpu.accumulate) chosen by the plan, and refused.
 
-tests/test_batchwise.py trains its models as 2 micro-batches per context
-against one context; here one child on two pocl contexts trains a model
-whose step does not fit a budget, which ``auto`` then computes as
-micro-batches, against the same model trained at once without the budget;
+One child on two pocl contexts trains a model whose step does not fit a
+budget, which ``auto`` then computes as micro-batches, against the same
+model trained at once without the budget;
 a layer output that both the loss and a later layer read, and an input's
 gradient, as micro-batches and at once; then asks for what no number of
 micro-batches can give.
@@ -18,7 +17,7 @@ AUTO = '''
     import sys
     import numpy as np
     import theano
-    from keras.layers import BatchNormalization, Dense
+    from keras.layers import BatchNormalization, Dense, Dropout
     from keras.models import Sequential
     from sklearn.datasets import load_digits
     from theano_multigpu.config import mesh
@@ -63,8 +62,9 @@ AUTO = '''
         print('none_fits', str(error).replace('\\n', ' | '))
 
     # A layer output the loss reads (an activity regulariser) that the next
-    # layer reads too, and the gradient of an input (a saliency map), each
-    # at once and as 2 micro-batches per context.
+    # layer reads too, Dropout (each micro-batch its rows of the whole
+    # batch's mask), and the gradient of an input (a saliency map), each at
+    # once and as 2 micro-batches per context.
     from keras import backend as K
     from keras.regularizers import activity_l2
     theano.config.multigpu.device_memory = ''
@@ -74,12 +74,12 @@ AUTO = '''
         np.random.seed(1)
         model = Sequential([Dense(40, input_dim=64, activation='tanh',
                                   activity_regularizer=activity_l2(0.1)),
-                            Dense(10, activation='softmax')])
+                            Dropout(0.25), Dense(10, activation='softmax')])
         model.compile(loss='categorical_crossentropy', optimizer='sgd')
         losses = [model.train_on_batch(x[:64], y[:64]) for _ in range(2)]
-        saliency = K.function([model.input], K.gradients(K.sum(model.output[:, 0]),
-                                                         [model.input]))
-        found[micro_batches] = (losses, model.get_weights(), saliency([x[:64]])[0])
+        saliency = K.function([model.input, K.learning_phase()],
+                              K.gradients(K.sum(model.output[:, 0]), [model.input]))
+        found[micro_batches] = (losses, model.get_weights(), saliency([x[:64], 0])[0])
     (losses_1, weights_1, saliency_1), (losses_2, weights_2, saliency_2) = found.values()
     print('regulariser', np.allclose(losses_2, losses_1, rtol=1e-4, atol=1e-6),
           all(np.allclose(a, b, rtol=1e-4, atol=1e-6) for a, b in zip(weights_2, weights_1)))
@@ -98,8 +98,8 @@ def test_auto_computes_a_step_that_does_not_fit_as_micro_batches_with_its_number
     """With a budget of 80% of the step's planned peak at 512 rows, ``auto``
     computes the step as micro-batches, says how many, and trains to the
     weights, losses and predictions of the step at once; so do an activity
-    regulariser (a layer output the loss and the next layer read) and an
-    input's gradient as 2 micro-batches; with a budget below the weights it
+    regulariser (a layer output the loss and the next layer read), Dropout
+    and an input's gradient as 2 micro-batches; with a budget below the weights it
     stops with the plan and why micro-batches cannot help; with
     BatchNormalization's whole-batch statistics it stops, naming the layer,
     before compiling."""

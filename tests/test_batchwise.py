@@ -5,9 +5,7 @@ device) is one child Python that trains every model of
 tests/children/train_models.py for 5 steps at the same global batch and
 writes an .npz; the configurations run side by side.  Batch 10 splits
 evenly over 2 contexts and unevenly over 4 (2, 3, 2, 3 rows); ``mlp@3``
-trains on a batch smaller than the number of contexts (on 4).  A fifth
-configuration computes each context's rows as 2 micro-batches
-(multigpu.accumulate=2) on 2 contexts.
+trains on a batch smaller than the number of contexts (on 4).
 """
 import json
 import textwrap
@@ -25,14 +23,11 @@ pytestmark = needs_pocl
 # 'local': multigpu.batchnorm=local, each replica normalising with its
 # rows' statistics, and the master holding every weight (multigpu.shard=False).
 SPLIT = ',multigpu.shard_split=0'
-# 'accumulate': 2 contexts, each computing its rows as 2 micro-batches
-# (multigpu.accumulate=2: batch 10 as 3 and 2 rows on each).
 CONFIGURATIONS = {1: ONE, 2: TWO + SPLIT, 4: FOUR + SPLIT,
-                  'local': TWO + ',multigpu.batchnorm=local,multigpu.shard=False',
-                  'accumulate': TWO + SPLIT + ',multigpu.accumulate=2'}
+                  'local': TWO + ',multigpu.batchnorm=local,multigpu.shard=False'}
 # The context names heavy ops run on (the master is Theano's default, None).
 GRAPH_NAMES = {2: ['None', 'dev1'], 4: ['None', 'dev1', 'dev2', 'dev3'],
-               'local': ['None', 'dev1'], 'accumulate': ['None', 'dev1']}
+               'local': ['None', 'dev1']}
 
 # Random draws too: each replica takes its rows of what one context draws,
 # dropout masks and the VAE's noise, of a fixed or a symbolic batch shape.
@@ -54,15 +49,11 @@ MODELS = EXACT
 # them (the functional API, a draw of a symbolic shape, one
 # BatchNormalization) only there: the four-BatchNormalization model trains on
 # 2 contexts.  The master alone holding the weights ('local') trains a model
-# with dropout too.  Micro-batches train the models with random draws,
-# states carried across steps, and layer outputs the loss reads that later
-# layers read too (the VAE's), recurrent: the stateful LSTM alone (compiling
-# Scan's loops per micro-batch dominates).
+# with dropout too.
 ON_FOUR_ONLY = ['functional', 'vae_symbolic', 'cnn_bn1', 'rows_meet']
 MODELS_ON = {1: MODELS, 2: [name for name in MODELS if name not in ON_FOUR_ONLY],
              4: ['mlp', 'cnn', 'functional', 'mlp@3', 'vae_symbolic', 'cnn_bn1', 'rows_meet'],
-             'local': ['cnn_bn1', 'mlp_dropout'],
-             'accumulate': ['mlp', 'cnn', 'mlp_dropout', 'stateful_lstm', 'vae_fixed']}
+             'local': ['cnn_bn1', 'mlp_dropout']}
 STEPS, BATCH = 5, 10
 RTOL, ATOL = 1e-4, 1e-6
 
@@ -81,7 +72,7 @@ def _keys(results, name, prefix=''):
 
 
 def _cases(names):
-    return [(n, name) for n in (2, 4, 'local', 'accumulate') for name in names
+    return [(n, name) for n in (2, 4, 'local') for name in names
             if name in MODELS_ON[n] and (n, name) != ('local', 'cnn_bn1')]
 
 

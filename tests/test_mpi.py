@@ -409,6 +409,7 @@ def test_layer_wise_under_mpi_refuses_a_stateful_layer_before_compiling(home):
     the ranks: every rank stops before compiling, naming the function and
     the way out."""
     result = run_python(home, """
+        import sys
         import numpy as np
         from keras.models import Sequential
         from keras.layers import LSTM
@@ -417,8 +418,9 @@ def test_layer_wise_under_mpi_refuses_a_stateful_layer_before_compiling(home):
         model.compile(loss='mse', optimizer='sgd')
         try:
             model.train_on_batch(np.zeros((4, 3, 2), 'float32'), np.zeros((4, 2), 'float32'))
-        except ConfigurationError as error:
-            print('refused:', error, flush=True)
+        except ConfigurationError as error:   # one write: the ranks' lines must not mix
+            sys.stdout.write('refused: %s\\n' % error)
+            sys.stdout.flush()
     """, ranks=2, timeout=300, flags=TWO + ',multigpu.mode=layer')
     refusals = [l for l in result.stdout.splitlines() if l.startswith('refused:')]
     assert len(refusals) == 2, result.stdout[-2000:]
