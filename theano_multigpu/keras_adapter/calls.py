@@ -146,7 +146,9 @@ class SplitFunction(_Wrapper):
             if estimate is None or estimate > limit:
                 raise cannot('its planned peak at 2 micro-batches per context (%s) leaves too '
                              'little room for what does not shrink with them (weights, their '
-                             'optimizer state, copies and gradients) within %d micro-batches'
+                             'optimizer state, copies and gradients; on the master, the whole '
+                             "batch's outputs, their gradient and random draws) within %d "
+                             'micro-batches'
                              % (', '.join('%s %s' % ('+'.join(names), format_bytes(need))
                                           for names, need, _ in function(2).planned(inputs)),
                                 limit))
