@@ -76,12 +76,11 @@ class SplitFunction(_Wrapper):
     batch is empty).
     """
 
-    def __init__(self, compile_for, mesh, ranks=None, accumulate=1, stream=None):
+    def __init__(self, compile_for, mesh, ranks=None, accumulate=1):
         self._compile_for = compile_for
         self._mesh = mesh
         self._ranks = ranks
         self._accumulate = accumulate
-        self._stream = stream
         self._first = (mesh.size, 1 if accumulate == 'auto' else accumulate)
         self._compiled = {self._first: compile_for(mesh, micro_batches=self._first[1])}
         self._chosen = {}   # (contexts, _fitting(inputs)): micro-batches
@@ -164,7 +163,7 @@ class SplitFunction(_Wrapper):
             middle = (low + high) // 2
             fits = function(middle).misfit(inputs) is None
             low, high = (low, middle) if fits else (middle, high)
-        (self._stream or sys.stderr).write(
+        sys.stderr.write(
             'theano_multigpu: %s: a batch of %d rows does not fit at once on %d context(s); '
             'each computes its rows as %d micro-batches (multigpu.accumulate=auto)\n'
             % (whole.title, rows, count, high))
@@ -251,7 +250,8 @@ class PeakChecked(_Wrapper):
         self._keras_function = keras_function
         self._mesh = mesh
         self.title = title
-        self._planned = {}   # _fitting(inputs): peak_plan.peaks_and_room's
+        # _fitting(inputs): (peak_plan.peaks_and_room's, the PlanError or None)
+        self._planned = {}
 
     def __call__(self, inputs):
         misfit = self.misfit(inputs)
@@ -262,18 +262,21 @@ class PeakChecked(_Wrapper):
     def planned(self, inputs):
         """[(context names, planned peak, room)] of a call with ``inputs``
         (``peak_plan.peaks_and_room``), or None where it is not planned."""
-        key = _fitting(inputs)
-        if key not in self._planned:
-            from ..graph import peak_plan
-            self._planned[key] = peak_plan.peaks_and_room(self._keras_function.function,
-                                                          inputs, self._mesh)
-        return self._planned[key]
+        return self._plan(inputs)[0]
 
     def misfit(self, inputs):
         """The PlanError a call with ``inputs`` raises before it runs, or
         None where its planned peak fits."""
-        from ..graph import peak_plan
-        return peak_plan.misfit(self.planned(inputs), self.title)
+        return self._plan(inputs)[1]
+
+    def _plan(self, inputs):
+        """Planned once per shapes and budget: a step's call looks it up."""
+        key = _fitting(inputs)
+        if key not in self._planned:
+            from ..graph import peak_plan
+            limits = peak_plan.peaks_and_room(self._keras_function.function, inputs, self._mesh)
+            self._planned[key] = (limits, peak_plan.misfit(limits, self.title))
+        return self._planned[key]
 
     def _wrapped(self):
         return self._keras_function

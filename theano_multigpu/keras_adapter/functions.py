@@ -21,12 +21,13 @@ def compile_function(keras_function, inputs, outputs, updates, kwargs, title):
     mesh = mesh_module.current()
     ranks = mpi_ranks(mesh)
     kwargs = _measuring(kwargs, mesh)
+    accumulate = _accumulate(ranks)
     if mesh.mode == 'layer':
-        if _accumulate(ranks) not in ('auto', 1):
+        if accumulate not in ('auto', 1):
             raise ConfigurationError(
                 'multigpu.accumulate=%d: micro-batches are batch-wise mode\'s, but '
                 'multigpu.mode is layer; set multigpu.mode=batch, or multigpu.accumulate=auto'
-                % _accumulate(ranks))
+                % accumulate)
         updates = _unique_updates(updates)
         if ranks is not None:
             _refuse_states_across_ranks(list(outputs) + [new for _, new in updates], title)
@@ -58,7 +59,7 @@ def compile_function(keras_function, inputs, outputs, updates, kwargs, title):
     def compile_for(mesh, idle=False, micro_batches=1):
         return _compile_batchwise(keras_function, list(inputs), list(outputs), updates,
                                   kwargs, mesh, title, mpi, idle, micro_batches)
-    split = calls.SplitFunction(compile_for, mesh, ranks, _accumulate(ranks))
+    split = calls.SplitFunction(compile_for, mesh, ranks, accumulate)
     if ranks is None:
         return split
     # Ranks compile for different times (caches of their own): all of them
