@@ -206,8 +206,9 @@ def test_report_shows_each_context_share_ops_and_bytes(home):
     measured (multigpu.measure_peak) within 10%, and the bytes moved
     measured:
     dev1 receives the weights it does not own, the gradients of those it
-    owns, its 5 input rows and the gradient of its 5 output rows, and sends
-    as many weight and gradient bytes and its output rows; then which
+    owns, its 5 input rows (from the host) and the gradient of its 5 output
+    rows, and sends as many weight and gradient bytes and its output rows,
+    as many as the master sends it; then which
     layers ran where; and which layer ran over the whole batch, with the
     bytes copied for it."""
     script = home / 'train.py'
@@ -250,6 +251,8 @@ def test_report_shows_each_context_share_ops_and_bytes(home):
     rows_in, rows_out = 5 * 8 * 4, 5 * 3 * 4   # dev1's input rows, output rows
     dev1_in, dev1_out = weight_bytes + rows_in + rows_out, weight_bytes + rows_out
     assert rows['dev1'].split()[13:17] == ['%d' % dev1_in, 'B', '%d' % dev1_out, 'B'], rows['dev1']
+    # dev1's input rows come from the host, not through the master.
+    assert rows['dev0*'].split()[15:17] == ['%d' % dev1_out, 'B'], rows['dev0*']
     for row in rows.values():
         assert 'GpuDot22' in row and 'GpuSoftmaxWithBias x1' in row
     resident = dict((name, row.split()[5:9]) for name, row in rows.items())

@@ -10,6 +10,7 @@ gpuarray backend, and a plain run without pygpu must not.
 from ..config import mesh as mesh_module
 from ..config.mpi_environment import launched_by_mpi
 from ..errors import ConfigurationError
+from ..graph.transfer import HOST
 from . import calls
 
 __all__ = ['compile_function', 'mpi_ranks', 'function_title']
@@ -55,6 +56,10 @@ def compile_function(keras_function, inputs, outputs, updates, kwargs, title):
         mpi = (ranks, _agreed(outputs, updates, title))
         if mesh.graph_name(mesh.master) is not None:
             _steer_to(inputs, mesh.graph_name(mesh.master))
+    else:
+        # Each context's rows go from the host to it: Theano would move the
+        # whole batch to its default context, and each slice from there.
+        _steer_to(inputs, HOST)
 
     def compile_for(mesh, idle=False, micro_batches=1):
         return _compile_batchwise(keras_function, list(inputs), list(outputs), updates,
