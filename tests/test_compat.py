@@ -895,3 +895,40 @@ def test_modules_of_ops_without_parameters_are_versioned_and_built_once(home, tm
     second = run(home, 'compat', code, flags=flags)
     assert second['before'] == first['after']
     assert second['after'] == second['before'], 'the second process compiled modules again'
+
+
+def test_a_cache_key_file_is_replaced_whole(home, tmp_path):
+    """Theano's processes read a module's key.pkl without the compile lock
+    and delete a module whose key.pkl does not load.  While a key is added
+    (the file written again), key.pkl still loads, with the keys it had;
+    after, it has the new key, and nothing else is left beside it."""
+    code = '''
+        import pickle
+        from theano.gof.cmodule import KeyData
+        path = %r
+        seen = []
+
+        class Peek(object):
+            """Pickled while the key file is written: reads it as another
+            process would."""
+            def __reduce__(self):
+                try:
+                    with open(path, 'rb') as f:
+                        seen.append(sorted(pickle.load(f).keys))
+                except Exception as error:
+                    seen.append(type(error).__name__)
+                return (str, ('peeked',))
+
+        os.makedirs(os.path.dirname(path))
+        data = KeyData({('v1', 'first')}, 'hash', path, os.path.join(os.path.dirname(path), 'm.so'))
+        data.save_pkl()
+        data.add_key(('v1', Peek()))
+        with open(path, 'rb') as f:
+            after = pickle.load(f)
+        report(seen=seen, after=sorted(map(str, after.keys)),
+               files=sorted(os.listdir(os.path.dirname(path))))
+    ''' % str(tmp_path / 'module' / 'key.pkl')
+    found = run(home, 'compat', code)
+    assert found['seen'] == [[['v1', 'first']]], found
+    assert found['after'] == ["('v1', 'first')", "('v1', 'peeked')"], found
+    assert found['files'] == ['key.pkl'], found

@@ -434,6 +434,7 @@ HOOKS = [
     ('compat.theano_fixes', '_fix_round_on_opencl', (), 'theano.scalar.basic'),
     ('compat.theano_fixes', '_set_blas_ldflags', (), 'theano.configparser'),
     ('compat.theano_fixes', '_poll_compile_lock_often', (), 'theano.gof.compilelock'),
+    ('compat.theano_fixes', '_write_cache_keys_whole', (), 'theano.gof.cmodule'),
     ('compat.precompiled_headers', '_wrap_compile_str', (), 'theano.gof.cmodule'),
     ('compat.opencl_contexts', '_fill_zeros_without_memset', (), 'theano.gpuarray.basic_ops'),
     ('compat.shared_views', 'install', (), 'theano.compile.function'),

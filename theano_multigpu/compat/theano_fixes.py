@@ -34,6 +34,9 @@ ROUND_CACHE_VERSION = Parameters(
 COMPILE_LOCK = Parameters(
     'theano.gof.compilelock.lock', ('tmp_dir', 'timeout', 'min_wait', 'max_wait', 'verbosity'),
     'wrapped: a process waiting for the compile lock looks again within 0.2 s')
+CACHE_KEY_FILE = SourceDigest(
+    'theano.gof.cmodule.KeyData.save_pkl', 'b48ab07cf05dc144',
+    'replaced: key.pkl is written beside itself, then renamed into place')
 REDUCTION_KERNEL = SourceDigest(
     'theano.gpuarray.elemwise.GpuCAReduceCPY.generate_kernel', '0d6d7408c969505f',
     'replaced: a smaller work-group on CPU OpenCL devices')
@@ -98,6 +101,32 @@ def _poll_compile_lock_often(compilelock):
                         verbosity=verbosity)
         return lock_polled_often
     wrap(COMPILE_LOCK, compilelock, 'lock', polled_often)
+
+
+def _write_cache_keys_whole(cmodule):
+    """A module's ``key.pkl`` in Theano's compile cache is replaced whole or
+    not at all.  Theano wrote it in place, and a process refreshing the
+    cache reads it without the compile lock: one that read a file half
+    written took the module for broken and deleted it, under the processes
+    that had just compiled or loaded it (FileNotFoundError on that
+    ``key.pkl`` when they next added a key; aesara-devs/aesara#858)."""
+    import pickle
+
+    def save_pkl(self):
+        partial = '%s.%d.partial' % (self.key_pkl, os.getpid())
+        try:
+            with open(partial, 'wb') as f:
+                pickle.dump(self, f, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(partial, self.key_pkl)
+        except pickle.PicklingError:
+            # (Theano's warning; the key file written before stays as it was.)
+            cmodule._logger.warning('Cache leak due to unpickle-able key data %s', self.keys)
+            raise
+        finally:
+            if os.path.exists(partial):
+                os.remove(partial)
+    save_pkl.__doc__ = cmodule.KeyData.save_pkl.__doc__
+    replace(CACHE_KEY_FILE, cmodule.KeyData, 'save_pkl', save_pkl)
 
 
 def _import_ifelse(theano):
@@ -332,6 +361,7 @@ def install():
     importhook.after_import('theano.gof.op', _fix_cop_cache_version)
     importhook.after_import('theano.gof.cc', _version_ops_without_props)
     importhook.after_import('theano.gof.compilelock', _poll_compile_lock_often)
+    importhook.after_import('theano.gof.cmodule', _write_cache_keys_whole)
     importhook.after_import('theano.scan_module.scan_op', _fix_scan_on_opencl)
     importhook.after_import('theano.scalar.basic', _fix_round_on_opencl)
     # Scan's pre-generated Cython C file does not compile on Python 3.11
