@@ -72,11 +72,13 @@ def _whole_batch_layers(name):
     return []
 
 
-def build(name, size='test', seed=1234, batch=None):
+def build(name, size='test', seed=1234, batch=None, dims=None):
     """A compiled model, its inputs and its targets (``Case``).
 
-    ``name`` is one of MODELS.  The same (name, size, seed, batch) gives the
-    same weights and data on every backend.
+    ``name`` is one of MODELS.  The same (name, size, seed, batch, dims)
+    gives the same weights and data on every backend; ``dims`` replaces
+    the size's dimensions of the model (SIZES), e.g. (64, 1024, 10) for an
+    mlp with 1024 units per hidden layer.
     """
     from keras.layers import (LSTM, BatchNormalization, Convolution2D, Dense, Flatten, Input,
                               MaxPooling2D, merge)
@@ -90,7 +92,7 @@ def build(name, size='test', seed=1234, batch=None):
     rng = np.random.RandomState(seed)
     if name == 'stateful_lstm':   # one batch of the example, whatever the size
         return _example(name, rng)
-    dims = SIZES[size]
+    dims = dict(SIZES[size], **({name: tuple(dims)} if dims is not None else {}))
     n = batch or dims['batch']
     if name in ('mlp',) + WHOLE_BATCH_MODELS:
         inputs, hidden, classes = dims['mlp']

@@ -10,6 +10,7 @@ import batchnorm  # noqa: E402
 import deep_models  # noqa: E402
 import batchwise  # noqa: E402
 import c_compile  # noqa: E402
+import capacity  # noqa: E402
 import layerwise  # noqa: E402
 import mpi  # noqa: E402
 import one_context  # noqa: E402
@@ -32,6 +33,7 @@ def main():
     batchwise.main([])
     sharding.main([])
     accumulate.main([])
+    capacity.main([])
     batchnorm.main([])
     whole_batch.main([])
     deep_models.main([])

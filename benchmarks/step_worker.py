@@ -80,6 +80,34 @@ def traffic_of(case):
             'parameter_bytes': sum(w.nbytes for w in case.model.get_weights())}
 
 
+def capacity_probe(name, dims, batch):
+    """One train step of NAME at ``dims`` and ``batch`` (compiled afresh,
+    the model before it freed): {'fits': False, 'why': the plan's refusal}
+    or {'fits': True, 'parameters', and per context 'resident', 'planned'
+    peak and measured 'peak' (with multigpu.measure_peak)}."""
+    import gc
+    from theano_multigpu.config import mesh
+    from theano_multigpu.errors import PlanError
+    from theano_multigpu.graph import peak_plan, report
+    from theano_multigpu.graph.peak import peak_of
+    gc.collect()   # the model before this one, and its weights
+    case = build(name, size='bench', batch=batch, dims=dims)
+    try:
+        case.model.train_on_batch(case.x, case.y)
+    except PlanError as error:
+        return {'fits': False, 'why': str(error).splitlines()[0]}
+    model = getattr(case.model, 'model', case.model)
+    function = model.train_function.function
+    current = mesh.current()
+    inputs = [case.x, case.y, np.ones(len(case.x), 'float32')]
+    return {'fits': True, 'parameters': int(case.model.count_params()),
+            'resident': dict((name, int(n)) for name, n in
+                             report.resident_bytes(function, current).items()
+                             if name in current.names),
+            'planned': peak_plan.planned_peak(function, inputs, current.names_by_graph_name()),
+            'peak': peak_of(function)}
+
+
 def requests():
     """The driver's requests; under MPI, on every rank."""
     if not UNDER_MPI:
@@ -178,6 +206,8 @@ def main():
             case.model.train_on_batch(case.x, case.y)
             answer = {'bytes': sum(transfer.bytes_moved().values()) - before,
                       'parameter_bytes': sum(w.nbytes for w in case.model.get_weights())}
+        elif 'capacity' in request:
+            answer = capacity_probe(request['capacity'], request['dims'], request['batch'])
         elif 'traffic' in request:
             answer = traffic_of(cases[request['traffic']])
         elif 'placement' in request:
