@@ -169,7 +169,10 @@ def test_stateful_layer_refuses_a_batch_of_another_size(home):
 def test_placement_check_names_an_op_on_the_wrong_context(home):
     """A dot whose data is dev1's but which Theano put on dev0 (its first
     input, a weight, lives there) is flagged; the same dot with its inputs
-    swapped runs on dev1 and is not."""
+    swapped runs on dev1 and is not.  Batch-wise, the inputs stay on the
+    host until moved (each context's rows straight to it): an op that reads
+    an input outside the layers (a function of no layer, an output beside
+    the model's) runs on the master, and one left on the host is flagged."""
     result = run_python(home, flags=TWO, code='''
         import numpy as np
         import theano
@@ -191,7 +194,30 @@ def test_placement_check_names_an_op_on_the_wrong_context(home):
             placement.check(bad, mesh.current(), 'error', 'the bad function')
         except PlacementError as error:
             print('raised:', error)
+        on_host = T.matrix('on_host')
+        on_host.tag.target = 'cpu'   # as batch-wise inputs are
+        host = theano.function([on_host], T.nnet.softmax(on_host))
+        print('host', placement.misplaced(host.maker.fgraph, mesh.current()))
+
+        from keras import backend as K
+        from keras.layers import Dense, Input
+        from keras.models import Model
+        images = K.placeholder((None, 1, 4, 4))
+        pooled = K.function([images], [K.pool2d(images, (2, 2), dim_ordering='th')])
+        inputs = Input(shape=(4,))
+        beside = K.function([inputs], [Model(inputs, Dense(3)(inputs)).output,
+                                       K.softmax(inputs)])
+        print('shapes', pooled([np.ones((2, 1, 4, 4), 'float32')])[0].shape,
+              beside([value])[1].shape)
+        for name, function in (('pooled', pooled), ('beside', beside)):
+            counts = placement.heavy_op_counts(function.function.maker.fgraph, mesh.current())
+            print(name, sorted(counts), placement.misplaced(function.function.maker.fgraph,
+                                                            mesh.current()))
     ''')
+    assert 'shapes (2, 1, 3, 3) (2, 4)' in result.stdout, result.stdout
+    assert "host [('Softmax', 'cpu', 'dev0')]" in result.stdout
+    assert "pooled ['dev0'] []" in result.stdout, result.stdout
+    assert "beside ['dev0', 'dev1'] []" in result.stdout, result.stdout
     assert 'good []' in result.stdout
     assert "bad [('GpuDot22', 'dev0', 'dev1')]" in result.stdout
     assert 'raised: theano_multigpu: placement check of the bad function: 1 heavy op(s)' \

@@ -221,12 +221,12 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
         if stand_ins:
             raise RuntimeError('K.gradients was called on a graph with no Keras '
                                'layer output; batch-wise mode cannot split it')
-        return _unsplit(outputs, updates, master)
+        return _unsplit(outputs, updates, master, set(id(v) for v in inputs))
 
     input_ids = set(id(v) for v in inputs)
     batch_inputs = [v for v in gof.graph.inputs(frontier) if id(v) in input_ids and v.ndim >= 1]
     if not batch_inputs:
-        return _unsplit(outputs, updates, master)
+        return _unsplit(outputs, updates, master, input_ids)
     state_reads = _state_reads(frontier, state_ids)
     describe = describe or (lambda node: (None, False))
     found = find_rows_meeting(batch_inputs + state_reads, frontier, describe, sync_batchnorm)
@@ -277,7 +277,8 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
         return rows_back(moved(whole, HOST, master, purpose), axis)
 
     def whole_batch(replicated):
-        return WholeBatch(_replica(frontier, (), master, (0, batch_size), sliced_first,
+        # (The whole batch of an input it reads, moved from the host.)
+        return WholeBatch(_replica(frontier, inputs, master, (0, batch_size), sliced_first,
                                    batch_size, without_batch_size),
                           replicas, found, join, replicated)
     for_replicas = whole_batch(replicated=False)
@@ -330,7 +331,7 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
     # update of a weight with one owner) reads it where it lives, or, split,
     # gathered on the master.
     gathered.update(placed_replacements(gof.graph.inputs(roots + losses), master))
-    gathered.update(_on_master(roots + losses, input_ids, batch_inputs, mesh, contexts))
+    gathered.update(_on_master(roots + losses, input_ids, master))
     by_micro_batch = [s for s in stand_ins if accumulates(s)
                       and id(s.tag.multigpu_gradient.param) not in state_ids] \
         if micro_batches > 1 and values else []
@@ -363,25 +364,29 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
     return new_outputs, new_updates, split
 
 
-def _on_master(roots, input_ids, batch_inputs, mesh, contexts):
-    """{input: its copy on the master} for the inputs only the loss reads
-    (targets, sample weights).  Left on the host, Theano places the ops
-    that read them alone by where their results go: with the weights
-    sharded, the loss's gradient would run on a weight's owner."""
-    if contexts == [HOST]:
+def _on_master(roots, input_ids, master):
+    """{input: its copy on the master} for the inputs of ``roots``, as what
+    reads them outside the layers (the loss: targets, sample weights; an
+    output or loss term that reads an input the layers read too) reads
+    them: the replicas read their rows, moved from the host.  Left on the
+    host (batch-wise inputs are, see functions.py), an op reading inputs
+    alone would run there, and Theano places the ops that read them by
+    where their results go: with the weights sharded, the loss's gradient
+    would run on a weight's owner."""
+    if master == HOST:
         return {}
-    master = mesh.graph_name(mesh.master)
-    read = set(id(v) for v in batch_inputs)
     return dict((v, on_context(v, master)) for v in gof.graph.inputs(roots)
-                if id(v) in input_ids and id(v) not in read and v.ndim >= 1)
+                if id(v) in input_ids and v.ndim >= 1)
 
 
-def _unsplit(outputs, updates, master):
+def _unsplit(outputs, updates, master, input_ids):
     """(outputs, updates, split) of a function computed as it is, on the
-    master: a sharded weight read where it lives (gathered on the master,
-    split), written there."""
+    master: its inputs (``input_ids``) moved there, a sharded weight read
+    where it lives (gathered on the master, split), written there."""
     roots = list(outputs) + [new for _, new in updates]
-    roots = replaced(roots, placed_replacements(gof.graph.inputs(roots), master))
+    on_master = placed_replacements(gof.graph.inputs(roots), master)
+    on_master.update(_on_master(roots, input_ids, master))
+    roots = replaced(roots, on_master)
     check_no_placeholder(roots, 'batch-wise rewrite', _SHARD_OFF)
     return (roots[:len(outputs)],
             [(value_holder(var), new) for (var, _), new in zip(updates, roots[len(outputs):])],

@@ -11,12 +11,14 @@ only its first input's shape).  So a replica's forward and backward ops are
 owned by that replica alone, and whatever mixes several replicas (the
 gather, the loss, the gradient sum, the updates) by several.  The check:
 a heavy op owned by one replica runs on that replica's context; one owned
-by several runs on the master; none runs on the host (ops owned by no one
-compute from constants and shapes alone, and may run anywhere).
+by several runs on the master; none runs on the host: the function's own
+inputs count as the master's (ops owned by no one compute from constants
+and shapes alone, and may run anywhere).
 """
 import sys
 
 from theano import gof
+from theano.compile import SharedVariable
 from theano.compile.ops import Shape, Shape_i
 from theano.scalar import Second
 from theano.scan_module.scan_op import Scan
@@ -67,8 +69,11 @@ def heavy_op_counts(fgraph, mesh):
 
 
 def _owners(fgraph, mesh):
-    """{variable: frozenset of context names whose data it carries}."""
-    owners = {}
+    """{variable: frozenset of context names whose data it carries}: the
+    function's own inputs (not shared variables) are the master's."""
+    owners = dict((v, frozenset([mesh.master])) for v in fgraph.inputs
+                  if not isinstance(v, (SharedVariable, gof.Constant))
+                  and getattr(v, 'ndim', 0) >= 1)
     for node in fgraph.toposort():
         if isinstance(node.op, ToContext):
             mine = frozenset([context_of(node.outputs[0], mesh)])

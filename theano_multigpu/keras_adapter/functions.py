@@ -10,7 +10,6 @@ gpuarray backend, and a plain run without pygpu must not.
 from ..config import mesh as mesh_module
 from ..config.mpi_environment import launched_by_mpi
 from ..errors import ConfigurationError
-from ..graph.transfer import HOST
 from . import calls
 
 __all__ = ['compile_function', 'mpi_ranks', 'function_title']
@@ -59,6 +58,7 @@ def compile_function(keras_function, inputs, outputs, updates, kwargs, title):
     else:
         # Each context's rows go from the host to it: Theano would move the
         # whole batch to its default context, and each slice from there.
+        from ..graph.transfer import HOST
         _steer_to(inputs, HOST)
 
     def compile_for(mesh, idle=False, micro_batches=1):
