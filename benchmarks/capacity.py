@@ -7,8 +7,9 @@ in layers of one size, as in the models FSDP and ZeRO are measured on.  Each
 context count runs in a long-lived worker (benchmarks/step_worker.py)
 with the budget as ``multigpu.device_memory`` and the step's peak measured
 (``multigpu.measure_peak``); the defaults otherwise (sharded batch-wise,
-``multigpu.accumulate=auto``).  A width fits when the plan takes it and
-every context's measured peak stays within the budget.  The driver
+``multigpu.accumulate=auto``; one context runs as plain Keras does, with
+no plan).  A width fits when the plan takes it and every context's planned
+and measured peak stay within the budget.  The driver
 doubles W until a width does not fit, then bisects to the largest width
 that fits (within 2%):
 
@@ -41,14 +42,21 @@ def flags_for(count, budget):
         ';'.join(NAMES[:count]), budget)
 
 
-def probe(worker, width, budget):
+def probe(worker, width, budget, alone):
     """The worker's answer for the MLP of ``width`` units, with 'fits'
-    False where a context's measured peak exceeds ``budget``."""
+    False where a context's measured peak exceeds ``budget``, or (``alone``:
+    one context, which has no plan to refuse) its planned peak."""
     answer = worker.ask({'capacity': 'deep_mlp', 'dims': [INPUTS, width, DEPTH, CLASSES],
                          'batch': BATCH})
-    if answer['fits'] and max(answer['peak'].values()) > budget:
-        answer = dict(answer, fits=False, why='measured peak %d B over the budget'
-                      % max(answer['peak'].values()))
+    if 'error' in answer:
+        raise SystemExit('capacity: the step of width %d failed: %s' % (width, answer['error']))
+    # (With several contexts the plan refused what did not fit, as
+    # micro-batches too; 'planned' is the step's at once.)
+    over = [what for what in (('planned', 'peak') if alone else ('peak',))
+            if answer['fits'] and max(answer[what].values()) > budget]
+    if over:
+        answer = dict(answer, fits=False, why='%s peak %d B over the budget'
+                      % (over[0], max(answer[over[0]].values())))
     print('    width %5d: %s' % (width, 'fits, %d parameters, largest measured peak %d B'
                                  % (answer['parameters'], max(answer['peak'].values()))
                                  if answer['fits'] else 'does not fit (%s)' % answer['why']),
@@ -56,13 +64,13 @@ def probe(worker, width, budget):
     return answer
 
 
-def largest_fitting(worker, budget):
+def largest_fitting(worker, budget, alone):
     """(width, answer) of the largest width that fits (see the module
     docstring)."""
     low, found = None, None
     width = 64
     while True:
-        answer = probe(worker, width, budget)
+        answer = probe(worker, width, budget, alone)
         if not answer['fits']:
             break
         low, found, width = width, answer, width * 2
@@ -72,7 +80,7 @@ def largest_fitting(worker, budget):
     high = width
     while high > low * RESOLUTION and high - low > 1:
         middle = (low + high) // 2
-        answer = probe(worker, middle, budget)
+        answer = probe(worker, middle, budget, alone)
         if answer['fits']:
             low, found = middle, answer
         else:
@@ -88,9 +96,9 @@ def measure(counts, budget):
         largest, same = {}, {}
         for n, worker in workers.items():
             print('  %d context(s):' % n, flush=True)
-            largest[n] = largest_fitting(worker, budget)
+            largest[n] = largest_fitting(worker, budget, n == 1)
         for n, worker in workers.items():
-            same[n] = probe(worker, largest[1][0], budget) if n != 1 else largest[1][1]
+            same[n] = probe(worker, largest[1][0], budget, False) if n != 1 else largest[1][1]
         return largest, same
     finally:
         for worker in workers.values():

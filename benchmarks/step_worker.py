@@ -84,7 +84,8 @@ def capacity_probe(name, dims, batch):
     """One train step of NAME at ``dims`` and ``batch`` (compiled afresh,
     the model before it freed): {'fits': False, 'why': the plan's refusal}
     or {'fits': True, 'parameters', and per context 'resident', 'planned'
-    peak and measured 'peak' (with multigpu.measure_peak)}."""
+    peak and measured 'peak' (with multigpu.measure_peak)}; {'error': what
+    went wrong} for any other error."""
     import gc
     from theano_multigpu.config import mesh
     from theano_multigpu.errors import PlanError
@@ -96,6 +97,8 @@ def capacity_probe(name, dims, batch):
         case.model.train_on_batch(case.x, case.y)
     except PlanError as error:
         return {'fits': False, 'why': str(error).splitlines()[0]}
+    except Exception as error:   # the driver stops with it
+        return {'error': '%s: %s' % (type(error).__name__, str(error)[-2000:])}
     model = getattr(case.model, 'model', case.model)
     function = model.train_function.function
     current = mesh.current()
@@ -202,9 +205,13 @@ def main():
         elif 'moved' in request:
             from theano_multigpu.graph import transfer
             case = cases[request['moved']]
-            before = sum(transfer.bytes_moved().values())
+
+            def between_contexts():   # (the host's copies of the batch left out)
+                return sum(n for (source, _), n in transfer.bytes_moved().items()
+                           if source != transfer.HOST)
+            before = between_contexts()
             case.model.train_on_batch(case.x, case.y)
-            answer = {'bytes': sum(transfer.bytes_moved().values()) - before,
+            answer = {'bytes': between_contexts() - before,
                       'parameter_bytes': sum(w.nbytes for w in case.model.get_weights())}
         elif 'capacity' in request:
             answer = capacity_probe(request['capacity'], request['dims'], request['batch'])
