@@ -198,6 +198,14 @@ def test_placement_check_names_an_op_on_the_wrong_context(home):
         on_host.tag.target = 'cpu'   # as batch-wise inputs are
         host = theano.function([on_host], T.nnet.softmax(on_host))
         print('host', placement.misplaced(host.maker.fgraph, mesh.current()))
+        # Without contexts (MPI ranks on the CPU) the host is the place.
+        from theano_multigpu.config.mesh import Mesh
+        print('no contexts', placement.misplaced(host.maker.fgraph, Mesh([], {}, None, 'batch')))
+        # A raw input Theano copies itself to where the data it meets lives.
+        W1 = theano.shared(np.ones((4, 3), 'float32'), name='W1', target='dev1')
+        layer = T.dot(on_dev1, transfer.host_from_gpu(W1))
+        meets = theano.function([x], T.nnet.softmax(layer + x[:, :3]))
+        print('meets', placement.misplaced(meets.maker.fgraph, mesh.current()))
 
         from keras import backend as K
         from keras.layers import Dense, Input
@@ -216,6 +224,7 @@ def test_placement_check_names_an_op_on_the_wrong_context(home):
     ''')
     assert 'shapes (2, 1, 3, 3) (2, 4)' in result.stdout, result.stdout
     assert "host [('Softmax', 'cpu', 'dev0')]" in result.stdout
+    assert 'no contexts []' in result.stdout and 'meets []' in result.stdout, result.stdout
     assert "pooled ['dev0'] []" in result.stdout, result.stdout
     assert "beside ['dev0', 'dev1'] []" in result.stdout, result.stdout
     assert 'good []' in result.stdout

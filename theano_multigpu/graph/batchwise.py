@@ -277,8 +277,7 @@ def rewrite(inputs, outputs, updates, mesh, is_layer_output, gather=None, descri
         return rows_back(moved(whole, HOST, master, purpose), axis)
 
     def whole_batch(replicated):
-        # (The whole batch of an input it reads, moved from the host.)
-        return WholeBatch(_replica(frontier, inputs, master, (0, batch_size), sliced_first,
+        return WholeBatch(_replica(frontier, (), master, (0, batch_size), sliced_first,
                                    batch_size, without_batch_size),
                           replicas, found, join, replicated)
     for_replicas = whole_batch(replicated=False)
@@ -368,7 +367,8 @@ def _on_master(roots, input_ids, master):
     """{input: its copy on the master} for the inputs of ``roots``, as what
     reads them outside the layers (the loss: targets, sample weights; an
     output or loss term that reads an input the layers read too) reads
-    them: the replicas read their rows, moved from the host.  Left on the
+    them: the replicas read their rows, moved from the host; a sparse input
+    stays as it is.  Left on the
     host (batch-wise inputs are, see functions.py), an op reading inputs
     alone would run there, and Theano places the ops that read them by
     where their results go: with the weights sharded, the loss's gradient
@@ -376,7 +376,8 @@ def _on_master(roots, input_ids, master):
     if master == HOST:
         return {}
     return dict((v, on_context(v, master)) for v in gof.graph.inputs(roots)
-                if id(v) in input_ids and v.ndim >= 1)
+                if id(v) in input_ids and isinstance(v.type, tensor.TensorType)
+                and v.ndim >= 1)
 
 
 def _unsplit(outputs, updates, master, input_ids):

@@ -11,9 +11,10 @@ only its first input's shape).  So a replica's forward and backward ops are
 owned by that replica alone, and whatever mixes several replicas (the
 gather, the loss, the gradient sum, the updates) by several.  The check:
 a heavy op owned by one replica runs on that replica's context; one owned
-by several runs on the master; none runs on the host: the function's own
-inputs count as the master's (ops owned by no one compute from constants
-and shapes alone, and may run anywhere).
+by several runs on the master; none runs on the host, and one that reads
+the function's own inputs alone (not moved by ToContext) runs on the master
+(ops owned by no one compute from constants and shapes alone, and may run
+anywhere).
 """
 import sys
 
@@ -68,10 +69,15 @@ def heavy_op_counts(fgraph, mesh):
     return counts
 
 
+# The owner of the function's own inputs (not shared variables), until a
+# ToContext moves them: they may go to any context Theano reads them on.
+INPUT = 'the function\'s inputs'
+
+
 def _owners(fgraph, mesh):
-    """{variable: frozenset of context names whose data it carries}: the
-    function's own inputs (not shared variables) are the master's."""
-    owners = dict((v, frozenset([mesh.master])) for v in fgraph.inputs
+    """{variable: frozenset of context names whose data it carries, and
+    INPUT for the function's own inputs}."""
+    owners = dict((v, frozenset([INPUT])) for v in fgraph.inputs
                   if not isinstance(v, (SharedVariable, gof.Constant))
                   and getattr(v, 'ndim', 0) >= 1)
     for node in fgraph.toposort():
@@ -100,7 +106,11 @@ def misplaced(fgraph, mesh):
         owned_by = owners[node.outputs[0]]
         if not owned_by:
             continue   # computes from constants and shapes alone
-        should = next(iter(owned_by)) if len(owned_by) == 1 else mesh.master
+        if owned_by == frozenset([INPUT]):   # inputs alone: on the master
+            should = mesh.master if mesh.names else HOST
+        else:
+            owned_by = owned_by - frozenset([INPUT])
+            should = next(iter(owned_by)) if len(owned_by) == 1 else mesh.master
         if runs_on != should:
             wrong.append((str(node.op), runs_on, should))
     return wrong
