@@ -206,6 +206,8 @@ def test_placement_check_names_an_op_on_the_wrong_context(home):
         layer = T.dot(on_dev1, transfer.host_from_gpu(W1))
         meets = theano.function([x], T.nnet.softmax(layer + x[:, :3]))
         print('meets', placement.misplaced(meets.maker.fgraph, mesh.current()))
+        weight = theano.function([x], T.nnet.softmax(T.dot(W1.T, x.T)))
+        print('meets a weight', placement.misplaced(weight.maker.fgraph, mesh.current()))
 
         from keras import backend as K
         from keras.layers import Dense, Input
@@ -225,6 +227,7 @@ def test_placement_check_names_an_op_on_the_wrong_context(home):
     assert 'shapes (2, 1, 3, 3) (2, 4)' in result.stdout, result.stdout
     assert "host [('Softmax', 'cpu', 'dev0')]" in result.stdout
     assert 'no contexts []' in result.stdout and 'meets []' in result.stdout, result.stdout
+    assert 'meets a weight []' in result.stdout, result.stdout
     assert "pooled ['dev0'] []" in result.stdout, result.stdout
     assert "beside ['dev0', 'dev1'] []" in result.stdout, result.stdout
     assert 'good []' in result.stdout

@@ -11,10 +11,10 @@ only its first input's shape).  So a replica's forward and backward ops are
 owned by that replica alone, and whatever mixes several replicas (the
 gather, the loss, the gradient sum, the updates) by several.  The check:
 a heavy op owned by one replica runs on that replica's context; one owned
-by several runs on the master; none runs on the host, and one that reads
-the function's own inputs alone (not moved by ToContext) runs on the master
-(ops owned by no one compute from constants and shapes alone, and may run
-anywhere).
+by several runs on the master; none runs on the host: one that reads the
+function's own inputs alone, not yet copied to a context, belongs on the
+master (ops owned by no one compute from constants and shapes alone, and
+may run anywhere).
 """
 import sys
 
@@ -23,7 +23,9 @@ from theano.compile import SharedVariable
 from theano.compile.ops import Shape, Shape_i
 from theano.scalar import Second
 from theano.scan_module.scan_op import Scan
+from theano.gpuarray.basic_ops import GpuFromHost
 from theano.gpuarray.type import GpuArrayType
+from theano.tensor import TensorType
 
 from ..errors import PlacementError
 from .micro_batches import After
@@ -69,19 +71,22 @@ def heavy_op_counts(fgraph, mesh):
     return counts
 
 
-# The owner of the function's own inputs (not shared variables), until a
-# ToContext moves them: they may go to any context Theano reads them on.
+# The owner of the function's own host tensors (not shared variables)
+# until a copy moves them to a context (the shim's ToContext, or Theano's
+# own GpuFromHost where an op on that context reads them).
 INPUT = 'the function\'s inputs'
 
 
 def _owners(fgraph, mesh):
     """{variable: frozenset of context names whose data it carries, and
-    INPUT for the function's own inputs}."""
+    INPUT for the function's own inputs not yet copied to a context}."""
     owners = dict((v, frozenset([INPUT])) for v in fgraph.inputs
-                  if not isinstance(v, (SharedVariable, gof.Constant))
-                  and getattr(v, 'ndim', 0) >= 1)
+                  if isinstance(v.type, TensorType) and v.ndim >= 1
+                  and not isinstance(v, (SharedVariable, gof.Constant)))
     for node in fgraph.toposort():
-        if isinstance(node.op, ToContext):
+        ins = [owners.get(v, frozenset()) for v in node.inputs]
+        if isinstance(node.op, ToContext) or (isinstance(node.op, GpuFromHost)
+                                              and ins[0] == frozenset([INPUT])):
             mine = frozenset([context_of(node.outputs[0], mesh)])
         elif isinstance(node.op, (Shape, Shape_i)):
             mine = frozenset()
@@ -106,8 +111,10 @@ def misplaced(fgraph, mesh):
         owned_by = owners[node.outputs[0]]
         if not owned_by:
             continue   # computes from constants and shapes alone
-        if owned_by == frozenset([INPUT]):   # inputs alone: on the master
-            should = mesh.master if mesh.names else HOST
+        if owned_by == frozenset([INPUT]):   # inputs alone, on the host
+            if not mesh.names:
+                continue   # (without contexts, Theano's default context or the host)
+            should = mesh.master
         else:
             owned_by = owned_by - frozenset([INPUT])
             should = next(iter(owned_by)) if len(owned_by) == 1 else mesh.master
