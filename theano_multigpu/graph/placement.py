@@ -80,8 +80,10 @@ INPUT = 'the function\'s inputs'
 def _owners(fgraph, mesh):
     """{variable: frozenset of context names whose data it carries, and
     INPUT for the function's own inputs not yet copied to a context}."""
+    # (Batch-wise, where inputs stay on the host until moved; layer-wise
+    # inputs are Theano's to place.)
     owners = dict((v, frozenset([INPUT])) for v in fgraph.inputs
-                  if isinstance(v.type, TensorType) and v.ndim >= 1
+                  if mesh.mode == 'batch' and isinstance(v.type, TensorType) and v.ndim >= 1
                   and not isinstance(v, (SharedVariable, gof.Constant)))
     for node in fgraph.toposort():
         ins = [owners.get(v, frozenset()) for v in node.inputs]
