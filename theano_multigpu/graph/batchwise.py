@@ -368,11 +368,10 @@ def _on_master(roots, input_ids, master):
     reads them outside the layers (the loss: targets, sample weights; an
     output or loss term that reads an input the layers read too) reads
     them: the replicas read their rows, moved from the host; a sparse input
-    stays as it is.  Left on the
-    host (batch-wise inputs are, see functions.py), an op reading inputs
-    alone would run there, and Theano places the ops that read them by
-    where their results go: with the weights sharded, the loss's gradient
-    would run on a weight's owner."""
+    stays as it is.  Left on the host (batch-wise inputs are, see
+    functions.py), an op reading inputs alone would run there, and Theano
+    places the ops that read them by where their results go: with the
+    weights sharded, the loss's gradient would run on a weight's owner."""
     if master == HOST:
         return {}
     return dict((v, on_context(v, master)) for v in gof.graph.inputs(roots)

@@ -98,7 +98,7 @@ def _owners(fgraph, mesh):
             # fill(x, v) (ones_like, zeros_like) reads x's shape only
             mine = frozenset().union(*[owners.get(v, frozenset()) for v in node.inputs[1:]])
         else:
-            mine = frozenset().union(*[owners.get(v, frozenset()) for v in node.inputs])
+            mine = frozenset().union(*ins)
         for output in node.outputs:
             owners[output] = mine
     return owners
