@@ -29,10 +29,18 @@ GROWTH = 6
 CONSTANT = 200
 
 
+def say(line):
+    """One line on stdout, from rank 0 only under mpirun: every rank builds
+    the same graph, and mpirun interleaves the ranks' output mid-line."""
+    if os.environ.get('OMPI_COMM_WORLD_RANK', '0') == '0':
+        sys.stdout.write(line + '\n')
+        sys.stdout.flush()
+
+
 def counts(depths):
     for depth in depths:
         case = cnn13() if depth == 'cnn13' else resnet(int(depth))
-        print('%s: %d' % (depth, train_graph_sizes(case)['theano']), flush=True)
+        say('%s: %d' % (depth, train_graph_sizes(case)['theano']))
 
 
 def holds_the_bound(examples):
@@ -57,7 +65,7 @@ def holds_the_bound(examples):
         assert sizes['theano'] <= bound, (layout, sizes, bound)
         ratios.append(float(sizes['theano'] - CONSTANT) / (contexts * sizes['keras']))
     check()
-    print('property held for %d networks, largest ratio %.2f' % (len(ratios), max(ratios)))
+    say('property held for %d networks, largest ratio %.2f' % (len(ratios), max(ratios)))
 
 
 if __name__ == '__main__':
