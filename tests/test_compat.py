@@ -407,6 +407,66 @@ def test_the_stateful_lstm_example_on_two_contexts_builds_nothing_per_step(home,
 
 
 @needs_pocl
+def test_the_nodes_of_one_module_on_one_context_share_its_kernels(home, tmp_path):
+    """Four elemwise nodes and four softmaxes of one signature on each of two
+    pocl contexts (GpuElemwise and GpuKernelBase): the function builds one
+    program per module and context, not one per node; a second function of
+    the same graph builds none while the first lives; each computes
+    numpy's numbers, the second after the first was freed; and after both
+    were freed a third builds again (the last user freed the kernels)."""
+    code = '''
+        import gc
+        import pygpu
+        import theano, theano.tensor as T
+        from theano.gpuarray.type import GpuArrayType, get_context
+        sys.path.insert(0, os.path.join(%r, 'benchmarks'))
+        import cl_counter
+
+        contexts = ('dev0', 'dev1')
+        scales = [T.scalar('s%%d' %% k) for k in range(4)]
+
+        def compiled():
+            inputs, outs = [], []
+            for context in contexts:
+                v = GpuArrayType('float32', (False, False), context_name=context)()
+                inputs.append(v)
+                outs += [T.nnet.softmax(T.exp(v) * s + 1).transfer('cpu') for s in scales]
+            before = cl_counter.programs()
+            f = theano.function(inputs + scales, outs)
+            nodes = [n for n in f.maker.fgraph.toposort()
+                     if type(n.op).__name__ in ('GpuElemwise', 'GpuSoftmax')]
+            return f, cl_counter.programs() - before, len(nodes)
+
+        a = np.random.RandomState(0).rand(3, 5).astype('float32')
+        on = [pygpu.gpuarray.array(a, context=get_context(c)) for c in contexts]
+        s = [np.float32(k + 0.5) for k in range(4)]
+        e = [np.exp(np.exp(a) * k + 1) for k in s]
+        expected = [v / v.sum(axis=1, keepdims=True) for v in e] * 2
+
+        def error(f):
+            return max(float(np.max(np.abs(g - w))) for g, w in zip(f(*(on + s)), expected))
+
+        first, built_first, nodes = compiled()
+        second, built_second, _ = compiled()
+        errors = [error(first)]
+        del first
+        gc.collect()
+        errors.append(error(second))
+        del second
+        gc.collect()
+        third, built_third, _ = compiled()
+        errors.append(error(third))
+        report(built=[built_first, built_second, built_third], nodes=nodes, errors=errors)
+    ''' % REPO
+    out = run(home, 'compat', code, flags=TWO, extra_env={'LD_PRELOAD': cl_counter.build(str(tmp_path))})
+    assert max(out['errors']) < 1e-5, out
+    # Each node built its kernels (22 programs for 18 nodes); shared, the
+    # four alike on a context build once (10).
+    assert out['nodes'] >= 16 and 0 < 3 * out['built'][0] <= 2 * out['nodes'], out
+    assert out['built'][1] == 0 and out['built'][2] == out['built'][0], out
+
+
+@needs_pocl
 def test_a_kernel_that_fails_to_build_is_an_error_not_a_crash(home, config):
     """A scalar op whose C code calls a function no compiler knows: its GPU
     kernel fails to build, and compiling raises KernelBuildError naming

@@ -428,6 +428,7 @@ HOOKS = [
     ('compat.gpu_kernels', '_raise_kernel_build_errors', (), 'theano.gof.op'),
     ('compat.gpu_kernels', '_fix_pools', (), 'theano.gpuarray.pool'),
     ('compat.gpu_kernels', '_check_kernel_sources', (), 'theano.gpuarray.basic_ops'),
+    ('compat.gpu_kernels', '_share_kernels_per_context', (), 'theano.gpuarray.basic_ops'),
     ('compat.theano_fixes', '_fix_cop_cache_version', (), 'theano.gof.op'),
     ('compat.theano_fixes', '_fix_scan_on_opencl', (), 'theano.scan_module.scan_op'),
     ('compat.theano_fixes', '_version_ops_without_props', (), 'theano.gof.cc'),

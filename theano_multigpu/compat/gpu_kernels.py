@@ -27,6 +27,14 @@ GpuPool and GpuMaxPoolRop compute their output's shape as Pool.out_shape
 does (floor division, never fewer than 0 windows: Theano's macro computed
 it in size_t, so a window larger than the input wrapped to 2**64 - 1 and
 the allocation failed), and launch no kernel for an empty output.
+
+The nodes of one compiled C module on one context share its GPU kernels.
+Theano compiles a module per op and signature and builds its kernels for
+every node that uses it: pocl compiles each kernel's source again (about
+60 ms), so a function with N replicas built each kernel N times per node.
+A module now keeps the kernels (a GpuKernel's handle, a GpuElemwise) it
+built on each context, counted by the nodes using them and freed with the
+last: one module's code is one source, so its nodes build the same kernels.
 """
 import hashlib
 
@@ -88,6 +96,20 @@ CODE_SECTIONS = CodeNames(
     'theano.gof.op.COp.load_c_code', ('code_sections',),
     'read: the loaded C code sections are corrected in place')
 
+KERNEL_VARS = SourceDigest(
+    'theano.gpuarray.basic_ops.GpuKernelBase._generate_kernel_vars', 'db5e694459f70bda',
+    "replaced: the struct also keeps the module's kernels per context")
+KERNEL_INIT = SourceDigest(
+    'theano.gpuarray.basic_ops.GpuKernelBase._generate_kernel_init', '59afe1c5ca864028',
+    "replaced: a node takes the module's kernel for its context, built once")
+KERNEL_CLEANUP = SourceDigest(
+    'theano.gpuarray.basic_ops.GpuKernelBase._generate_kernel_cleanup', 'd76935cd50ce941a',
+    "replaced: the last node using a kernel frees it")
+KERNEL_VERSION = Parameters(
+    'theano.gpuarray.basic_ops.GpuKernelBase.kernel_version', ('self', 'node'),
+    'wrapped: the shared kernels get a cache key of their own')
+SHARED_PER_CONTEXT = 'kernels shared per context'
+
 # Theano's private helpers that build a failed kernel again, for its log.
 ELEMWISE_OP_STRING = Parameters(
     'theano.gpuarray.elemwise.GpuElemwise._generate_op_string', ('self', 'node'),
@@ -131,8 +153,48 @@ def _fix_nan_in_maximum_and_minimum(scalar_module):
 def _handle_cache_version(cache_version):
     def c_code_cache_version_apply(self, node):
         version = cache_version(self, node)
-        return version + ('handle NULL', 'strided kernels when called') if version else version
+        return (version + ('handle NULL', 'strided kernels when called', SHARED_PER_CONTEXT)
+                if version else version)
     return c_code_cache_version_apply
+
+
+def _shared_per_context(prefix, handle, retain, free):
+    """C++ for an op's struct: the handles of type ``handle`` that the nodes
+    of this module build, one per context, shared by the nodes.  The
+    registry lives in a function's static, so the module holds one.
+    ``PREFIX_find(ctx)`` returns the context's handle (counting one more
+    user) or NULL; ``PREFIX_keep(ctx, h)`` shares a handle just built
+    (``retain`` takes the registry's reference); ``PREFIX_release(h)`` counts
+    a user less, ``free``s the handle with the last, and returns 0 for a
+    handle that was never shared, which its node frees itself."""
+    return """
+struct %(p)s_entry { %(p)s_entry *next; gpucontext *ctx; %(h)s handle; size_t users; };
+static %(p)s_entry *&%(p)s_entries() { static %(p)s_entry *head = NULL; return head; }
+static %(h)s %(p)s_find(gpucontext *ctx) {
+  for (%(p)s_entry *e = %(p)s_entries(); e != NULL; e = e->next)
+    if (e->ctx == ctx) { e->users++; return e->handle; }
+  return NULL;
+}
+static void %(p)s_keep(gpucontext *ctx, %(h)s handle) {
+  %(p)s_entry *e = (%(p)s_entry *)malloc(sizeof(%(p)s_entry));
+  if (e == NULL) return;
+  %(retain)s
+  e->ctx = ctx; e->handle = handle; e->users = 1; e->next = %(p)s_entries();
+  %(p)s_entries() = e;
+}
+static int %(p)s_release(%(h)s handle) {
+  for (%(p)s_entry **at = &%(p)s_entries(); *at != NULL; at = &(*at)->next) {
+    if ((*at)->handle != handle) continue;
+    %(p)s_entry *e = *at;
+    if (--e->users == 0) { *at = e->next; %(free)s(e->handle); free(e); }
+    return 1;
+  }
+  return 0;
+}
+""" % dict(p=prefix, h=handle, retain=retain, free=free)
+
+
+ELEMWISE_SHARED = _shared_per_context('tmg_ge', 'GpuElemwise *', '', 'GpuElemwise_free')
 
 
 def _fix_elemwise_handle(gpuarray_elemwise):
@@ -140,9 +202,11 @@ def _fix_elemwise_handle(gpuarray_elemwise):
     ELEMWISE_OP_STRING.check(elemwise._generate_op_string)
     ELEMWISE_NAMES.check(elemwise._get_vnames)
     replace(ELEMWISE_HANDLE, elemwise, 'c_support_code_struct',
-            lambda self, node, name: '\nGpuElemwise *ge = NULL;\n')
+            lambda self, node, name: ELEMWISE_SHARED + '\nGpuElemwise *ge = NULL;\n')
     replace(ELEMWISE_CLEANUP, elemwise, 'c_cleanup_code_struct',
-            lambda self, node, name: '\nif (ge != NULL) { GpuElemwise_free(ge); ge = NULL; }\n')
+            lambda self, node, name: '\nif (ge != NULL) {'
+                                     ' if (!tmg_ge_release(ge)) GpuElemwise_free(ge);'
+                                     ' ge = NULL; }\n')
     wrap(ELEMWISE_CACHE_VERSION, elemwise, 'c_code_cache_version_apply', _handle_cache_version)
     _build_strided_elemwise_kernels_when_called(elemwise)
 
@@ -151,6 +215,58 @@ def _check_kernel_sources(basic_ops):
     """What kernel_build_log reads of Theano's ops and kernels."""
     KERNELS_OF_OP.check(basic_ops.GpuKernelBase.gpu_kernels)
     KERNEL_FIELDS.check(basic_ops.Kernel.__init__)
+
+
+def _share_kernels_per_context(basic_ops):
+    """GpuKernelBase's kernels: a node takes its context's kernel from the
+    module's registry (its own reference to the handle and its own argument
+    buffer), and the first node on a context builds it."""
+    base = basic_ops.GpuKernelBase
+    for expectation in (KERNEL_VARS, KERNEL_INIT, KERNEL_CLEANUP, KERNEL_VERSION):
+        expectation.check(expectation.subject(base, expectation.target.rsplit('.', 1)[1]))
+
+    def kernel_vars(self, k):
+        return (_shared_per_context('tmg_' + k.objvar, 'gpukernel *', 'gpukernel_retain(handle);',
+                                    'gpukernel_release')
+                + 'GpuKernel %s;' % k.objvar)
+
+    def kernel_init(self, k, fail, ctx):
+        return """{
+  int err;
+  int types[%(numargs)u] = {%(types)s};
+  gpukernel *shared = tmg_%(ovar)s_find(%(ctx)s->ctx);
+  if (shared != NULL) {
+    %(ovar)s.k = shared;
+    gpukernel_retain(shared);
+    %(ovar)s.args = (void **)calloc(%(numargs)u, sizeof(void *));
+    if (%(ovar)s.args == NULL) {
+      PyErr_NoMemory();
+      %(fail)s
+    }
+  } else {
+    if ((err = GpuKernel_init(&%(ovar)s, %(ctx)s->ctx, 1,
+                              &%(cname)s, NULL, "%(kname)s", %(numargs)u,
+                              types, %(flags)s, NULL)) != GA_NO_ERROR) {
+      PyErr_Format(PyExc_RuntimeError, "GpuKernel_init error %%d: %%s",
+                   err, gpucontext_error(%(ctx)s->ctx, err));
+      %(fail)s
+    }
+    tmg_%(ovar)s_keep(%(ctx)s->ctx, %(ovar)s.k);
+  }
+}""" % dict(numargs=len(k.params), types=k._get_c_types(), ovar=k.objvar, kname=k.name,
+            cname=k.codevar, flags=k._get_c_flags(), fail=fail, ctx=ctx)
+
+    def kernel_cleanup(self, k):
+        return ('if (%(ovar)s.k != NULL) tmg_%(ovar)s_release(%(ovar)s.k);\n'
+                'GpuKernel_clear(&%(ovar)s);' % dict(ovar=k.objvar))
+
+    def versioned(kernel_version):
+        return lambda self, node: kernel_version(self, node) + (SHARED_PER_CONTEXT,)
+
+    replace(KERNEL_VARS, base, '_generate_kernel_vars', kernel_vars)
+    replace(KERNEL_INIT, base, '_generate_kernel_init', kernel_init)
+    replace(KERNEL_CLEANUP, base, '_generate_kernel_cleanup', kernel_cleanup)
+    wrap(KERNEL_VERSION, base, 'kernel_version', versioned)
 
 
 def _build_strided_elemwise_kernels_when_called(elemwise):
@@ -165,7 +281,11 @@ def _build_strided_elemwise_kernels_when_called(elemwise):
     def strided_when_called(stock):
         def c_init_code_struct(self, node, name, sub):
             eager = 'args, %d, GE_CONVERT_F16);' % node.inputs[0].ndim
-            return stock(self, node, name, sub).replace(eager, 'args, 0, GE_CONVERT_F16);')
+            build = stock(self, node, name, sub).replace(eager, 'args, 0, GE_CONVERT_F16);')
+            # The context's GpuElemwise of this module, built by its first node.
+            ctx = '%s->ctx' % sub['params']
+            return ('ge = tmg_ge_find(%s);\nif (ge == NULL) {\n%s\ntmg_ge_keep(%s, ge);\n}\n'
+                    % (ctx, build, ctx))
         return c_init_code_struct
     wrap(ELEMWISE_INIT, elemwise, 'c_init_code_struct', strided_when_called)
 
@@ -454,3 +574,4 @@ def install():
     importhook.after_import('theano.gof.op', _raise_kernel_build_errors)
     importhook.after_import('theano.gpuarray.pool', _fix_pools)
     importhook.after_import('theano.gpuarray.basic_ops', _check_kernel_sources)
+    importhook.after_import('theano.gpuarray.basic_ops', _share_kernels_per_context)
