@@ -219,8 +219,12 @@ def _check_kernel_sources(basic_ops):
 
 def _share_kernels_per_context(basic_ops):
     """GpuKernelBase's kernels: a node takes its context's kernel from the
-    module's registry (its own reference to the handle and its own argument
-    buffer), and the first node on a context builds it."""
+    module's registry (a reference of its own to the handle), and the first
+    node on a context builds it.  Sharing a handle is safe because
+    libgpuarray keeps a kernel's arguments in the handle and every call of
+    Theano's C code sets them all right before it launches, holding the
+    GIL; the argument buffer a node allocates is the one GpuKernel_clear
+    frees."""
     base = basic_ops.GpuKernelBase
     for expectation in (KERNEL_VARS, KERNEL_INIT, KERNEL_CLEANUP, KERNEL_VERSION):
         expectation.check(expectation.subject(base, expectation.target.rsplit('.', 1)[1]))
