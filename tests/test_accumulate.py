@@ -102,8 +102,9 @@ def test_auto_computes_a_step_that_does_not_fit_as_micro_batches_with_its_number
     and an input's gradient as 2 micro-batches; with a budget below the weights it
     stops with the plan and why micro-batches cannot help; with
     BatchNormalization's whole-batch statistics it stops, naming the layer,
-    before compiling."""
-    result = run_python(home, AUTO, flags=TWO)
+    before compiling.  With multigpu.progress=0 each compile prints its
+    phases on stderr, the last line their times."""
+    result = run_python(home, AUTO, flags=TWO + ',multigpu.progress=0')
     lines = dict(line.split(' ', 1) for line in result.stdout.splitlines() if ' ' in line)
     chosen = [line for line in result.stderr.splitlines() if 'multigpu.accumulate=auto' in line
               and 'micro-batches' in line and 'does not fit at once' in line]
@@ -120,8 +121,30 @@ def test_auto_computes_a_step_that_does_not_fit_as_micro_batches_with_its_number
     assert refused.startswith("Keras's train function expects each context to hold"), refused
     assert 'multigpu.accumulate=auto: its planned peak at 2 micro-batches per context' \
         in refused, refused
+    _assert_progress_lines(result.stderr)
     meet = lines['meet']
     assert meet.startswith('multigpu.accumulate: each batch would be computed as 2 '
                            'micro-batches per context'), meet
     assert 'batchnormalization_1 (BatchNormalization' in meet, meet
     assert 'multigpu.batchnorm=local' in meet, meet
+
+
+def _assert_progress_lines(stderr):
+    """Every compile's progress: each phase in its order, ops linked and
+    C modules built, and a last line with the time of each phase; the
+    refused compile's last line says it stopped."""
+    train = [line for line in stderr.splitlines()
+             if line.startswith('Compil') and "Keras's train function (2 contexts" in line]
+    phases = [line.split(': ', 1)[1].split(',')[0] for line in train if ' s (' not in line
+              and 'stopped' not in line]
+    assert phases[:2] == ['rewriting the graph for the contexts', "Theano's optimiser"], train
+    assert phases[2].startswith('linking') and ' ops' in train[2], train
+    finished = [line for line in train if line.startswith("Compiled Keras's train function")]
+    assert finished and all(
+        'nodes) in ' in line and '(rewrite ' in line and ', optimise ' in line
+        and ', link ' in line and 'C module' in line for line in finished), finished
+    assert any(line.startswith('Compiled K.function from ') for line in stderr.splitlines()), \
+        stderr
+    stopped = [line for line in train if 'stopped after' in line]
+    assert len(stopped) == 1 and stopped[0].endswith(': ConfigurationError'), train
+

@@ -237,17 +237,18 @@ def test_rank_zero_alone_prints_progress_and_every_rank_reads_the_files_at_once(
         home, ranks, save_on):
     """Each rank asks for files named after itself: only rank 0's exist
     (with multigpu.save_on=all, every rank's), and one progress bar is
-    printed; right after the saves every rank loads rank 0's files, which
-    are complete (the saves return once they are); every rank saw the same
-    global loss."""
+    printed, and one set of compile progress lines; right after the saves
+    every rank loads rank 0's files, which are complete (the saves return
+    once they are); every rank saw the same global loss."""
     result = run_python(home, FIT_SCRIPT, ranks=ranks, timeout=900,
-                        flags='multigpu.save_on=' + save_on)
+                        flags='multigpu.save_on=%s,multigpu.progress=0' % save_on)
     written = sorted(f for f in os.listdir(str(home)) if f.endswith(('.h5', '.csv')))
     writers = range(ranks) if save_on == 'all' else [0]
     assert written == sorted('%s_%d.%s' % (name, rank, extension) for rank in writers
                              for name, extension in [('best', 'h5'), ('log', 'csv'),
                                                      ('model', 'h5'), ('weights', 'h5')])
     assert result.stdout.count('Epoch 1/2') == 1, result.stdout
+    assert result.stderr.count("Compiled Keras's train function") == 1, result.stderr
     seen = [open(str(home / ('loss_%d.txt' % rank))).read() for rank in range(ranks)]
     assert seen == [seen[0]] * ranks, seen
     assert seen[0].split()[1:] == ['[True,', 'True]', '3'], seen[0]  # header and 2 epochs

@@ -438,6 +438,9 @@ HOOKS = [
     ('compat.theano_fixes', '_write_cache_keys_whole', (), 'theano.gof.cmodule'),
     ('compat.precompiled_headers', '_wrap_compile_str', (), 'theano.gof.cmodule'),
     ('compat.opencl_contexts', '_fill_zeros_without_memset', (), 'theano.gpuarray.basic_ops'),
+    ('compat.compile_watch', '_watch_linking', (), 'theano.gof.vm'),
+    ('compat.compile_watch', '_watch_ops', (), 'theano.gof.op'),
+    ('compat.compile_watch', '_watch_modules', (), 'theano.gof.cc'),
     ('compat.shared_views', 'install', (), 'theano.compile.function'),
     ('compat.shared_views', 'install_scan', (), 'theano.scan_module.scan'),
 ]

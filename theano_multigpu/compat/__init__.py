@@ -2,11 +2,12 @@
 3.11 and today's packages (``python_fixes``, ``theano_fixes``,
 ``keras_fixes``), precompiled headers for Theano's C modules
 (``precompiled_headers``), Theano's GPU kernels (``gpu_kernels``), BLAS and zero fills
-on OpenCL contexts (``opencl_contexts``), and
+on OpenCL contexts (``opencl_contexts``), what Theano does while it compiles,
+for progress lines (``compile_watch``), and
 Theano's gpuarray backend with several contexts (``gpuarray_fixes``,
 installed once contexts are registered).
 
-Importing this package installs the first six; it edits no installed
+Importing this package installs the first seven; it edits no installed
 file.  Each fix acts when its module is first imported (see
 ``theano_multigpu.importhook``), so installing costs almost nothing, and
 each checks its target first (``theano_multigpu.patch_targets``).  Plain
@@ -19,8 +20,8 @@ May import: ``theano_multigpu.config`` and the base modules (``errors``,
 """
 from .. import importhook
 from ..config import settings
-from . import (gpu_kernels, keras_fixes, opencl_contexts, precompiled_headers, python_fixes,
-               theano_fixes)
+from . import (compile_watch, gpu_kernels, keras_fixes, opencl_contexts, precompiled_headers,
+               python_fixes, theano_fixes)
 
 __all__ = ['install']
 
@@ -39,6 +40,7 @@ def install():
     gpu_kernels.install()
     opencl_contexts.install()
     keras_fixes.install()
+    compile_watch.install()
     _installed = True
 
 

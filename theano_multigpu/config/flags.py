@@ -128,6 +128,24 @@ def parse_accumulate(value):
     return int(text)
 
 
+def parse_progress(value):
+    """multigpu.progress: ``'off'`` -> None (no lines); ``'5'`` -> 5.0, the
+    seconds a compile runs before its progress is printed (0: at once)."""
+    text = str(value).strip().lower()
+    if text == 'off':
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0 or seconds == float('inf'):
+        raise ConfigurationError(
+            "multigpu.progress expects off or the seconds a compile runs before its progress "
+            "is printed (0 or more), e.g. THEANO_FLAGS='multigpu.progress=10', but received %r"
+            % value)
+    return seconds
+
+
 def format_bytes(n):
     """67108864 -> '64.0 MiB': the inverse of parse_size, for messages and reports."""
     for unit, size in (('GiB', 1 << 30), ('MiB', 1 << 20), ('KiB', 1 << 10)):

@@ -17,8 +17,8 @@ from ..patch_targets import Attributes
 from . import devices, mesh
 from .flags import (BATCHNORM_MODES, CHECK_ACTIONS, MODES, NAME_RE, SAVE_ON, SCAN_LOOPS,
                     format_contexts, parse_accumulate, parse_contexts_flag, parse_device_memory,
-                    parse_layer_map,
-                    parse_name_list, parse_seconds, parse_split_size)
+                    parse_layer_map, parse_name_list, parse_progress, parse_seconds,
+                    parse_split_size)
 
 __all__ = ['Setting', 'SETTINGS', 'SETTING', 'LEGACY_FLAGS', 'translate_legacy_value',
            'contexts_flag_value', 'on_theano_configparser']
@@ -201,6 +201,19 @@ SETTINGS = (
         help="Print each function's placement report (share of the batch, heavy "
              "ops, resident bytes, bytes moved) at its first call; also: "
              "`python -m theano_multigpu report train.py`."),
+    Setting(
+        'multigpu.progress', '5', parse=parse_progress, example='off',
+        summary="once a function's compile has run this many seconds, lines on "
+                "stderr say its phase, ops linked, C modules built and the time; "
+                "``off``: none",
+        help="Once a function's compile has run this many seconds (0: at once), "
+             "lines on stderr say which function (Keras's train, test or predict "
+             "function, or the script's K.function), on how many contexts, the "
+             "size of its graph, the phase (the shim's rewrite, Theano's "
+             "optimiser, linking its ops: how many are linked and how many C "
+             "modules were built) and the time so far; the last line says the "
+             "total and each phase's time.  Under MPI, rank 0 alone prints.  "
+             "off: no lines."),
     Setting(
         'multigpu.layer_map', '', parse=parse_layer_map, unset='(balanced plan)',
         summary="layer-wise: layer-name patterns and their contexts, "

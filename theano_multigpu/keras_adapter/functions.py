@@ -10,7 +10,7 @@ gpuarray backend, and a plain run without pygpu must not.
 from ..config import mesh as mesh_module
 from ..config.mpi_environment import launched_by_mpi
 from ..errors import ConfigurationError
-from . import calls
+from . import calls, progress
 
 __all__ = ['compile_function', 'mpi_ranks', 'function_title']
 
@@ -38,7 +38,9 @@ def compile_function(keras_function, inputs, outputs, updates, kwargs, title):
     if mesh.mode != 'batch' and ranks is None:
         if mesh.graph_name(mesh.master) is not None:
             _steer_to(inputs, mesh.graph_name(mesh.master))
-        return keras_function(inputs, outputs, updates=updates, **kwargs)
+        with progress.compiling(title, len(mesh.names)) as compile_progress:
+            return _keras_compiled(keras_function, inputs, outputs, updates, kwargs,
+                                   compile_progress)
     from ..graph import batchwise
     updates = _unique_updates(updates)
     roots = list(outputs) + [new for _, new in updates]
@@ -163,21 +165,33 @@ def _compile_batchwise(keras_function, inputs, outputs, updates, kwargs, mesh, t
     from ..graph import batchwise
     from ..graph.gradients import stand_ins_in
     from . import keras_graph
-    roots = list(outputs) + [new for _, new in updates]
-    describe = keras_graph.node_describer(
-        roots + [s.tag.multigpu_gradient.loss for s in stand_ins_in(roots)])
     import theano
-    outputs, updates, split = batchwise.rewrite(
-        inputs, outputs, updates, mesh, keras_graph.is_layer_output,
-        _gather(mpi, idle, inputs, title),
-        describe, keras_graph.row_states(roots), theano.config.multigpu.batchnorm == 'sync',
-        micro_batches)
-    compiled = keras_function(inputs, outputs, updates=updates, **kwargs)
+    with progress.compiling(title, len(mesh.names)) as compile_progress:
+        compile_progress.rewriting()
+        roots = list(outputs) + [new for _, new in updates]
+        describe = keras_graph.node_describer(
+            roots + [s.tag.multigpu_gradient.loss for s in stand_ins_in(roots)])
+        outputs, updates, split = batchwise.rewrite(
+            inputs, outputs, updates, mesh, keras_graph.is_layer_output,
+            _gather(mpi, idle, inputs, title),
+            describe, keras_graph.row_states(roots), theano.config.multigpu.batchnorm == 'sync',
+            micro_batches)
+        compiled = _keras_compiled(keras_function, inputs, outputs, updates, kwargs,
+                                   compile_progress)
     if len(mesh.names) < len(mesh_module.current().names):
         title += ' (for batches of %d row(s): on %s)' % (len(mesh.names), ', '.join(mesh.names))
     if micro_batches > 1:
         title += ' (in %d micro-batches per context)' % micro_batches
     return _checked(compiled, mesh, title, split)
+
+
+def _keras_compiled(keras_function, inputs, outputs, updates, kwargs, compile_progress):
+    """Keras's Function of the graph, Theano's optimiser and linker told to
+    ``compile_progress`` (with the size of the graph it is handed)."""
+    from theano import gof
+    roots = list(outputs) + [new for _, new in updates]
+    compile_progress.optimising(len(gof.graph.io_toposort(gof.graph.inputs(roots), roots)))
+    return keras_function(inputs, outputs, updates=updates, **kwargs)
 
 
 def _checked(compiled, mesh, title, split=None):
@@ -206,14 +220,17 @@ def _layerwise_function(keras_function, inputs, outputs, updates, kwargs, mesh, 
     from . import keras_graph
 
     def compile_for(batch_rows, idle=False):
-        placed_outputs = None if mpi is None else set()
-        new_outputs, new_updates, plan = layerwise.rewrite(
-            inputs, outputs, updates, mesh, batch_rows, keras_graph.layer_calls,
-            placed_outputs)
-        if mpi is not None:
-            new_outputs, new_updates = _across_ranks(inputs, new_outputs, new_updates,
-                                                     placed_outputs, mpi, idle, title)
-        compiled = keras_function(inputs, new_outputs, updates=new_updates, **kwargs)
+        with progress.compiling(title, len(mesh.names)) as compile_progress:
+            compile_progress.rewriting()
+            placed_outputs = None if mpi is None else set()
+            new_outputs, new_updates, plan = layerwise.rewrite(
+                inputs, outputs, updates, mesh, batch_rows, keras_graph.layer_calls,
+                placed_outputs)
+            if mpi is not None:
+                new_outputs, new_updates = _across_ranks(inputs, new_outputs, new_updates,
+                                                         placed_outputs, mpi, idle, title)
+            compiled = _keras_compiled(keras_function, inputs, new_outputs, new_updates, kwargs,
+                                       compile_progress)
         return _checked(compiled, mesh, title, plan)
     return calls.LayerwiseFunction(compile_for, None if mpi is None else mpi[0])
 

@@ -1,0 +1,112 @@
+"""What Theano does while it compiles a function, told to whoever watches
+that compile: when linking starts (and over how many ops), each op linked,
+each C module built.
+
+A watcher is an object with ``linking(ops)``, ``linked()`` and
+``module_built()``; ``watching(watcher)`` makes it the watcher of the
+compiles this thread runs inside the block (the innermost block's, when
+blocks nest).  Only the function's own graph counts: the inner functions
+Scan compiles while its op is linked are a part of linking that op.
+Without a watcher, the hooks cost one attribute read.
+"""
+import contextlib
+import threading
+
+from .. import importhook
+from ..patch_targets import Parameters, wrap
+
+__all__ = ['install', 'watching']
+
+MAKE_ALL = Parameters(
+    'theano.gof.vm.VM_Linker.make_all',
+    ('self', 'profiler', 'input_storage', 'output_storage', 'storage_map'),
+    "wrapped: the watcher learns that linking starts, and over how many ops")
+MAKE_THUNK = Parameters(
+    'theano.gof.op.Op.make_thunk',
+    ('self', 'node', 'storage_map', 'compute_map', 'no_recycling', 'impl'),
+    'wrapped: the watcher counts the ops linked')
+COMPILE_CMODULE = Parameters(
+    'theano.gof.cc.CLinker.compile_cmodule', ('self', 'location'),
+    'wrapped: the watcher counts the C modules built')
+
+# This thread's watchers (a stack) and how deep inside make_all it is.
+_state = threading.local()
+
+
+@contextlib.contextmanager
+def watching(watcher):
+    """``watcher`` is told of the compiles this thread runs in the block."""
+    stack = _stack()
+    stack.append(watcher)
+    try:
+        yield watcher
+    finally:
+        stack.pop()
+
+
+def _stack():
+    if not hasattr(_state, 'watchers'):
+        _state.watchers, _state.depth = [], 0
+    return _state.watchers
+
+
+def _watcher(outermost=True):
+    """This thread's watcher, if any (with ``outermost``, only while the
+    function's own graph is linked)."""
+    stack = _stack()
+    if not stack or (outermost and _state.depth != 1):
+        return None
+    return stack[-1]
+
+
+def _telling_linking(make_all):
+    def watched_make_all(self, *args, **kwargs):
+        _stack()
+        _state.depth += 1
+        try:
+            watcher = _watcher()
+            if watcher is not None:
+                watcher.linking(len(self.fgraph.apply_nodes))
+            return make_all(self, *args, **kwargs)
+        finally:
+            _state.depth -= 1
+    return watched_make_all
+
+
+def _counting_ops(make_thunk):
+    def watched_make_thunk(self, *args, **kwargs):
+        thunk = make_thunk(self, *args, **kwargs)
+        watcher = _watcher()
+        if watcher is not None:
+            watcher.linked()
+        return thunk
+    return watched_make_thunk
+
+
+def _counting_modules(compile_cmodule):
+    def watched_compile_cmodule(self, *args, **kwargs):
+        module = compile_cmodule(self, *args, **kwargs)
+        watcher = _watcher(outermost=False)
+        if watcher is not None:
+            watcher.module_built()
+        return module
+    return watched_compile_cmodule
+
+
+def _watch_linking(vm):
+    wrap(MAKE_ALL, vm.VM_Linker, 'make_all', _telling_linking)
+
+
+def _watch_ops(op):
+    wrap(MAKE_THUNK, op.Op, 'make_thunk', _counting_ops)
+
+
+def _watch_modules(cc):
+    wrap(COMPILE_CMODULE, cc.CLinker, 'compile_cmodule', _counting_modules)
+
+
+def install():
+    """Register the hooks, each applied when its Theano module is imported."""
+    importhook.after_import('theano.gof.vm', _watch_linking)
+    importhook.after_import('theano.gof.op', _watch_ops)
+    importhook.after_import('theano.gof.cc', _watch_modules)
