@@ -11,6 +11,7 @@ import deep_models  # noqa: E402
 import batchwise  # noqa: E402
 import c_compile  # noqa: E402
 import capacity  # noqa: E402
+import compile as compile_times  # noqa: E402
 import layerwise  # noqa: E402
 import mpi  # noqa: E402
 import one_context  # noqa: E402
@@ -37,6 +38,7 @@ def main():
     batchnorm.main([])
     whole_batch.main([])
     deep_models.main([])
+    compile_times.main([])
     layerwise.main([])
     mpi.main([])
     window_sync.main([])
