@@ -7,6 +7,8 @@ a layer output that both the loss and a later layer read, and an input's
 gradient, as micro-batches and at once; then asks for what no number of
 micro-batches can give.
 """
+import re
+
 import pytest
 
 from conftest import TWO, needs_pocl, run_python
@@ -130,21 +132,25 @@ def test_auto_computes_a_step_that_does_not_fit_as_micro_batches_with_its_number
 
 
 def _assert_progress_lines(stderr):
-    """Every compile's progress: each phase in its order, ops linked and
-    C modules built, and a last line with the time of each phase; the
-    refused compile's last line says it stopped."""
+    """Every compile's progress: each phase in its order, never more ops
+    linked than the graph has, and a last line whose phases add up to its
+    total; the refused compile's last line says it stopped."""
     train = [line for line in stderr.splitlines()
-             if line.startswith('Compil') and "Keras's train function (2 contexts" in line]
+             if line.startswith('Compil') and "Keras's train function (" in line]
     phases = [line.split(': ', 1)[1].split(',')[0] for line in train if ' s (' not in line
               and 'stopped' not in line]
     assert phases[:2] == ['rewriting the graph for the contexts', "Theano's optimiser"], train
     assert phases[2].startswith('linking') and ' ops' in train[2], train
+    for linked, ops in re.findall(r'linking: ([\d,]+) of ([\d,]+) ops', '\n'.join(train)):
+        assert int(linked.replace(',', '')) <= int(ops.replace(',', '')), train
     finished = [line for line in train if line.startswith("Compiled Keras's train function")]
-    assert finished and all(
-        'nodes) in ' in line and '(rewrite ' in line and ', optimise ' in line
-        and ', link ' in line and 'C module' in line for line in finished), finished
+    assert finished, train
+    for line in finished:
+        total, split = re.search(r' in ([\d.]+) s \((.*); \d+ C modules? built\)$', line).groups()
+        seconds = dict((p.split()[0], float(p.split()[1])) for p in split.split(', '))
+        assert sorted(seconds) == ['link', 'optimise', 'rewrite'], line
+        assert abs(sum(seconds.values()) - float(total)) < 0.2, line
     assert any(line.startswith('Compiled K.function from ') for line in stderr.splitlines()), \
         stderr
     stopped = [line for line in train if 'stopped after' in line]
     assert len(stopped) == 1 and stopped[0].endswith(': ConfigurationError'), train
-

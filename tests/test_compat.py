@@ -406,6 +406,42 @@ def test_the_stateful_lstm_example_on_two_contexts_builds_nothing_per_step(home,
         np.testing.assert_allclose(got, expected, rtol=rtol, atol=1e-4, err_msg=key)
 
 
+def test_a_compile_watcher_is_told_each_op_of_the_function_linked_once(home):
+    """compile_watch: a function with a scan (whose inner function Theano
+    compiles, folding constants, while the scan's op is linked) and an
+    ifelse tells its watcher that linking starts over its ops, then each of
+    them once (Scan's and IfElse's included, the inner ones not); a function
+    compiled outside the block tells it nothing."""
+    out = run(home, 'compat', code='''
+        import theano, theano.tensor as T
+        from theano.ifelse import ifelse
+        from theano_multigpu.compat import compile_watch
+
+        class Counter(object):
+            def __init__(self):
+                self.told = []
+            def linking(self, ops):
+                self.told.append(('linking', ops))
+            def linked(self):
+                self.told.append('linked')
+            def module_built(self):
+                pass
+
+        x, c = T.matrix('x'), T.scalar('c')
+        h, _ = theano.scan(lambda r, acc: T.tanh(r + acc * 2 + T.constant(1.) * 3),
+                           sequences=x, outputs_info=T.zeros_like(x[0]))
+        counter = Counter()
+        with compile_watch.watching(counter):
+            f = theano.function([x, c], [ifelse(T.gt(c, 0), h.sum(), h.mean()), h])
+        theano.function([x], T.exp(x))
+        nodes = f.maker.fgraph.apply_nodes
+        report(told=counter.told, ops=len(nodes),
+               kinds=sorted(set(type(n.op).__name__ for n in nodes)))
+    ''')
+    assert 'Scan' in out['kinds'] and 'IfElse' in out['kinds'], out
+    assert out['told'] == [['linking', out['ops']]] + ['linked'] * out['ops'], out
+
+
 @needs_pocl
 def test_the_nodes_of_one_module_on_one_context_share_its_kernels(home, tmp_path):
     """Four elemwise nodes and four softmaxes of one signature on each of two

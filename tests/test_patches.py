@@ -440,6 +440,8 @@ HOOKS = [
     ('compat.opencl_contexts', '_fill_zeros_without_memset', (), 'theano.gpuarray.basic_ops'),
     ('compat.compile_watch', '_watch_linking', (), 'theano.gof.vm'),
     ('compat.compile_watch', '_watch_ops', (), 'theano.gof.op'),
+    ('compat.compile_watch', '_watch_scan_ops', (), 'theano.scan_module.scan_op'),
+    ('compat.compile_watch', '_watch_ifelse_ops', (), 'theano.ifelse'),
     ('compat.compile_watch', '_watch_modules', (), 'theano.gof.cc'),
     ('compat.shared_views', 'install', (), 'theano.compile.function'),
     ('compat.shared_views', 'install_scan', (), 'theano.scan_module.scan'),

@@ -5,9 +5,11 @@ each C module built.
 A watcher is an object with ``linking(ops)``, ``linked()`` and
 ``module_built()``; ``watching(watcher)`` makes it the watcher of the
 compiles this thread runs inside the block (the innermost block's, when
-blocks nest).  Only the function's own graph counts: the inner functions
-Scan compiles while its op is linked are a part of linking that op.
-Without a watcher, the hooks cost one attribute read.
+blocks nest).  Only the ops of the function's own graph count, each once:
+the inner functions Scan compiles while its op is linked (and the
+constants their optimiser folds) are a part of linking that op.  Ops link
+through ``Op.make_thunk``, or Scan's and IfElse's own.  Without a watcher,
+the hooks cost one attribute read.
 """
 import contextlib
 import threading
@@ -21,15 +23,19 @@ MAKE_ALL = Parameters(
     'theano.gof.vm.VM_Linker.make_all',
     ('self', 'profiler', 'input_storage', 'output_storage', 'storage_map'),
     "wrapped: the watcher learns that linking starts, and over how many ops")
-MAKE_THUNK = Parameters(
-    'theano.gof.op.Op.make_thunk',
-    ('self', 'node', 'storage_map', 'compute_map', 'no_recycling', 'impl'),
-    'wrapped: the watcher counts the ops linked')
+MAKE_THUNK_PARAMETERS = ('self', 'node', 'storage_map', 'compute_map', 'no_recycling', 'impl')
+MAKE_THUNK = Parameters('theano.gof.op.Op.make_thunk', MAKE_THUNK_PARAMETERS,
+                        'wrapped: the watcher counts the ops linked')
+SCAN_MAKE_THUNK = Parameters('theano.scan_module.scan_op.Scan.make_thunk',
+                             MAKE_THUNK_PARAMETERS, 'wrapped: the watcher counts the ops linked')
+IFELSE_MAKE_THUNK = Parameters('theano.ifelse.IfElse.make_thunk', MAKE_THUNK_PARAMETERS,
+                               'wrapped: the watcher counts the ops linked')
 COMPILE_CMODULE = Parameters(
     'theano.gof.cc.CLinker.compile_cmodule', ('self', 'location'),
     'wrapped: the watcher counts the C modules built')
 
-# This thread's watchers (a stack) and how deep inside make_all it is.
+# This thread's watchers (a stack), how deep inside make_all it is, and
+# the nodes of the graph make_all links at depth 1 not linked yet.
 _state = threading.local()
 
 
@@ -46,7 +52,7 @@ def watching(watcher):
 
 def _stack():
     if not hasattr(_state, 'watchers'):
-        _state.watchers, _state.depth = [], 0
+        _state.watchers, _state.depth, _state.unlinked = [], 0, set()
     return _state.watchers
 
 
@@ -66,18 +72,22 @@ def _telling_linking(make_all):
         try:
             watcher = _watcher()
             if watcher is not None:
-                watcher.linking(len(self.fgraph.apply_nodes))
+                _state.unlinked = set(self.fgraph.apply_nodes)
+                watcher.linking(len(_state.unlinked))
             return make_all(self, *args, **kwargs)
         finally:
             _state.depth -= 1
+            if _state.depth == 0:
+                _state.unlinked = set()
     return watched_make_all
 
 
 def _counting_ops(make_thunk):
-    def watched_make_thunk(self, *args, **kwargs):
-        thunk = make_thunk(self, *args, **kwargs)
+    def watched_make_thunk(self, node, *args, **kwargs):
+        thunk = make_thunk(self, node, *args, **kwargs)
         watcher = _watcher()
-        if watcher is not None:
+        if watcher is not None and node in _state.unlinked:
+            _state.unlinked.discard(node)
             watcher.linked()
         return thunk
     return watched_make_thunk
@@ -101,6 +111,14 @@ def _watch_ops(op):
     wrap(MAKE_THUNK, op.Op, 'make_thunk', _counting_ops)
 
 
+def _watch_scan_ops(scan_op):
+    wrap(SCAN_MAKE_THUNK, scan_op.Scan, 'make_thunk', _counting_ops)
+
+
+def _watch_ifelse_ops(ifelse):
+    wrap(IFELSE_MAKE_THUNK, ifelse.IfElse, 'make_thunk', _counting_ops)
+
+
 def _watch_modules(cc):
     wrap(COMPILE_CMODULE, cc.CLinker, 'compile_cmodule', _counting_modules)
 
@@ -109,4 +127,6 @@ def install():
     """Register the hooks, each applied when its Theano module is imported."""
     importhook.after_import('theano.gof.vm', _watch_linking)
     importhook.after_import('theano.gof.op', _watch_ops)
+    importhook.after_import('theano.scan_module.scan_op', _watch_scan_ops)
+    importhook.after_import('theano.ifelse', _watch_ifelse_ops)
     importhook.after_import('theano.gof.cc', _watch_modules)

@@ -166,6 +166,10 @@ def _compile_batchwise(keras_function, inputs, outputs, updates, kwargs, mesh, t
     from ..graph.gradients import stand_ins_in
     from . import keras_graph
     import theano
+    if len(mesh.names) < len(mesh_module.current().names):
+        title += ' (for batches of %d row(s): on %s)' % (len(mesh.names), ', '.join(mesh.names))
+    if micro_batches > 1:
+        title += ' (in %d micro-batches per context)' % micro_batches
     with progress.compiling(title, len(mesh.names)) as compile_progress:
         compile_progress.rewriting()
         roots = list(outputs) + [new for _, new in updates]
@@ -178,19 +182,18 @@ def _compile_batchwise(keras_function, inputs, outputs, updates, kwargs, mesh, t
             micro_batches)
         compiled = _keras_compiled(keras_function, inputs, outputs, updates, kwargs,
                                    compile_progress)
-    if len(mesh.names) < len(mesh_module.current().names):
-        title += ' (for batches of %d row(s): on %s)' % (len(mesh.names), ', '.join(mesh.names))
-    if micro_batches > 1:
-        title += ' (in %d micro-batches per context)' % micro_batches
     return _checked(compiled, mesh, title, split)
 
 
 def _keras_compiled(keras_function, inputs, outputs, updates, kwargs, compile_progress):
     """Keras's Function of the graph, Theano's optimiser and linker told to
     ``compile_progress`` (with the size of the graph it is handed)."""
-    from theano import gof
-    roots = list(outputs) + [new for _, new in updates]
-    compile_progress.optimising(len(gof.graph.io_toposort(gof.graph.inputs(roots), roots)))
+    nodes = None
+    if compile_progress.shows:
+        from theano import gof
+        roots = list(outputs) + [new for _, new in updates]
+        nodes = len(gof.graph.io_toposort(gof.graph.inputs(roots), roots))
+    compile_progress.optimising(nodes)
     return keras_function(inputs, outputs, updates=updates, **kwargs)
 
 

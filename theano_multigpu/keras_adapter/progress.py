@@ -35,6 +35,8 @@ class CompileProgress(object):
     def __init__(self, title, contexts, after, stream=None):
         self.title, self.contexts, self.after = title, contexts, after
         self.stream = stream if stream is not None else sys.stderr
+        if self.stream is None:   # (python script.py 2>&-)
+            after = self.after = None
         self.start = time.time()
         self.phase, self.phase_start, self.seconds = None, self.start, {}
         self.nodes = self.ops = None
@@ -59,7 +61,7 @@ class CompileProgress(object):
 
     # compile_watch's watcher.
     def linking(self, ops):
-        self.ops = ops
+        self.ops, self.linked_ops = ops, 0
         self._enter('link')
 
     def linked(self):
@@ -75,27 +77,34 @@ class CompileProgress(object):
         self._done.set()
         if self._ticker is not None:
             self._ticker.join()
-        if self.printed is None:
-            return
-        if failed is None:
-            self._write(self._summary())
-        else:
-            self._write('Compiling %s stopped after %.1f s: %s'
-                        % (self._what(), time.time() - self.start, type(failed).__name__))
+        with self._lock:
+            if self.printed is None or self.after is None:
+                return
+            if failed is None:
+                self._write(self._summary())
+            else:
+                self._write('Compiling %s stopped after %.1f s: %s'
+                            % (self._what(), time.time() - self.start, type(failed).__name__))
+
+    @property
+    def shows(self):
+        """Whether any line may be printed (else nothing need be counted)."""
+        return self.after is not None
 
     def _enter(self, phase):
-        now = time.time()
-        if self.phase is not None:
-            self.seconds[self.phase] = self.seconds.get(self.phase, 0.0) + now - self.phase_start
-        self.phase, self.phase_start = phase, now
-        if phase is not None:
-            self._show()
+        with self._lock:
+            now = time.time()
+            if self.phase is not None:
+                self.seconds[self.phase] = (self.seconds.get(self.phase, 0.0)
+                                            + now - self.phase_start)
+            self.phase, self.phase_start = phase, now
+        self._show()
 
     def _tick(self):
         wait = self.after
-        while not self._done.wait(wait):
+        while not self._done.wait(wait) and self.after is not None:
             self._show()
-            wait = max(self.after, MIN_INTERVAL)
+            wait = max(self.after or 0, MIN_INTERVAL)
 
     def _show(self):
         """Print the current line where the compile has run long enough,
@@ -103,9 +112,9 @@ class CompileProgress(object):
         ``after`` seconds apart, or a tenth of the time so far where that
         is longer), or nothing was printed for ``QUIET_AT_MOST`` seconds."""
         now = time.time()
-        if self.after is None or self.phase is None or now - self.start < self.after:
-            return
         with self._lock:   # (the ticker's thread and the compile's)
+            if self.after is None or self.phase is None or now - self.start < self.after:
+                return
             state = (self.phase, self.linked_ops, self.modules)
             since = now - self._shown_at
             gap = max(self.after, MIN_INTERVAL, (now - self.start) / 10)
@@ -116,8 +125,14 @@ class CompileProgress(object):
                 self._write(self._line())
 
     def _write(self, line):
-        self.stream.write(line + '\n')
-        self.stream.flush()
+        """Print ``line``; where stderr cannot take it (closed, a broken
+        pipe), print nothing more: the compile goes on."""
+        try:
+            self.stream.write(line + '\n')
+            self.stream.flush()
+        except (OSError, ValueError, AttributeError):
+            self.after = None
+            return
         self.printed = line
 
     def _what(self):
