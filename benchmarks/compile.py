@@ -1,7 +1,7 @@
 """Where a compile's time goes: Keras's train, test and predict functions
 of the bench models, batch-wise on pocl at 1, 2, 4 and 8 contexts, split
-into the shim's rewrite (with the gradients), Theano's optimiser and
-linking (C modules loaded or built, thunks made, GPU kernels built), as
+into the shim's rewrite, the gradients (theano.grad), Theano's optimiser
+and linking (C modules loaded or built, thunks made, GPU kernels built), as
 the progress lines (``multigpu.progress``) count them.
 
 Each (model, contexts) is a fresh Python after one that filled Theano's C
@@ -105,7 +105,8 @@ def measure(models, counts):
             for function in FUNCTIONS:
                 entry = found[function]
                 split = ', '.join('%s %.1f s' % (phase, entry[phase])
-                                  for phase in ('rewrite', 'optimise', 'link') if phase in entry)
+                                  for phase in ('rewrite', 'gradients', 'optimise', 'link')
+                                  if phase in entry)
                 print('  %-8s %d context(s) %-7s: %6.1f s, %6d nodes (%s; %d C modules built)'
                       % (name, n, function, entry['wall'], entry['nodes'], split,
                          entry['modules']), flush=True)
@@ -126,8 +127,7 @@ def figures_for(runs):
             'command': COMMAND,
             'detail': {'one_context': one, 'contexts': many,
                        'where': 'pocl, warm C and kernel caches; wall: _make_<name>_function; '
-                                'seconds per phase of the progress lines (rewrite includes '
-                                'the gradients)'}})
+                                'seconds per phase of the progress lines'}})
     return figures
 
 

@@ -2,8 +2,10 @@
 that compile: when linking starts (and over how many ops), each op linked,
 each C module built.
 
-A watcher is an object with ``linking(ops)``, ``linked()`` and
-``module_built()``; ``watching(watcher)`` makes it the watcher of the
+A watcher is an object with ``linking(ops)``, ``linked()``,
+``module_built()`` and ``entering(phase)`` (which returns the phase it
+was in; the shim's rewrite tells it ``phase('gradients')`` while it takes
+the gradients); ``watching(watcher)`` makes it the watcher of the
 compiles this thread runs inside the block (the innermost block's, when
 blocks nest).  Only the ops of the function's own graph count, each once:
 the inner functions Scan compiles while its op is linked (and the
@@ -17,7 +19,7 @@ import threading
 from .. import importhook
 from ..patch_targets import Parameters, wrap
 
-__all__ = ['install', 'watching']
+__all__ = ['install', 'watching', 'phase']
 
 MAKE_ALL = Parameters(
     'theano.gof.vm.VM_Linker.make_all',
@@ -48,6 +50,22 @@ def watching(watcher):
         yield watcher
     finally:
         stack.pop()
+
+
+@contextlib.contextmanager
+def phase(name):
+    """While the block runs, this thread's watcher (if any) is in phase
+    ``name``; then in the phase it was in."""
+    stack = _stack()
+    if not stack:
+        yield
+        return
+    watcher = stack[-1]
+    before = watcher.entering(name)
+    try:
+        yield
+    finally:
+        watcher.entering(before)
 
 
 def _stack():

@@ -209,9 +209,9 @@ SETTINGS = (
         help="Once a function's compile has run this many seconds (0: at once), "
              "lines on stderr say which function (Keras's train, test or predict "
              "function, or the script's K.function), on how many contexts, the "
-             "size of its graph, the phase (the shim's rewrite, Theano's "
-             "optimiser, linking its ops: how many are linked and how many C "
-             "modules were built) and the time so far; the last line says the "
+             "size of its graph, the phase (the shim's rewrite, the gradients, "
+             "Theano's optimiser, linking its ops: how many are linked and how "
+             "many C modules were built) and the time so far; the last line says the "
              "total and each phase's time.  Under MPI, rank 0 alone prints.  "
              "off: no lines."),
     Setting(

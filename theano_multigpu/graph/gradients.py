@@ -13,10 +13,12 @@ from theano import gof, tensor
 from theano.gpuarray.basic_ops import host_from_gpu
 from theano.gpuarray.type import GpuArrayType
 
+from ..compat import compile_watch
+
 from .replace import replaced
 
 __all__ = ['GradientStandIn', 'gradient_stand_ins', 'stand_ins_in', 'by_loss',
-           'real_gradients', 'rewritten_stand_ins', 'host_gradient']
+           'real_gradients', 'rewritten_stand_ins', 'host_gradient', 'theano_grad']
 
 
 class GradientStandIn(object):
@@ -53,6 +55,13 @@ def by_loss(stand_ins):
     return groups
 
 
+def theano_grad(*args, **kwargs):
+    """``theano.grad``, the compile's watcher told (the progress lines'
+    'gradients' phase)."""
+    with compile_watch.phase('gradients'):
+        return theano.grad(*args, **kwargs)
+
+
 def real_gradients(stand_ins, replace, wrt=None):
     """{stand-in: host-typed gradient of its loss, rewritten by ``replace``
     (``replaced``'s replacements)}, taken with respect to each param
@@ -61,7 +70,7 @@ def real_gradients(stand_ins, replace, wrt=None):
     for loss, group in by_loss(stand_ins).items():
         rewritten_loss = replaced([loss], replace)[0]
         params = [s.tag.multigpu_gradient.param for s in group]
-        grads = theano.grad(rewritten_loss, [wrt(p) for p in params] if wrt else params)
+        grads = theano_grad(rewritten_loss, [wrt(p) for p in params] if wrt else params)
         for stand_in, grad in zip(group, grads):
             real[stand_in] = host_gradient(grad)
     return real

@@ -33,7 +33,7 @@ from theano.gpuarray.basic_ops import HostFromGpu, as_gpuarray_variable, host_fr
 
 from ..compat.optimizers import register_optimizer
 from ..errors import ConfigurationError
-from .gradients import by_loss, host_gradient
+from .gradients import by_loss, host_gradient, theano_grad
 from .placed import holders, is_placed
 from .replace import replaced
 
@@ -185,7 +185,7 @@ def accumulated_gradients(stand_ins, replace, joined, micro_batches, wrt, move):
         loss = replaced([loss], replace)[0]
         targets = [wrt(s.tag.multigpu_gradient.param) for s in group]
         wanted = set(id(t) for t in targets)
-        outer = theano.grad(loss, joined, disconnected_inputs='ignore',
+        outer = theano_grad(loss, joined, disconnected_inputs='ignore',
                             return_disconnected='None')
         # (context, id(key)): [what the first micro-batch reads, the gradients' sum]
         sums = OrderedDict()
@@ -199,7 +199,7 @@ def accumulated_gradients(stand_ins, replace, joined, micro_batches, wrt, move):
             keys = [(key, read) for key, read in reads.values() if _needed(key, wanted)]
             if not keys:
                 continue
-            grads = theano.grad(None, [read for _, read in keys], known_grads=known,
+            grads = theano_grad(None, [read for _, read in keys], known_grads=known,
                                 disconnected_inputs='ignore', return_disconnected='None')
             for (key, read), grad in zip(keys, grads):
                 if grad is not None:
@@ -210,10 +210,10 @@ def accumulated_gradients(stand_ins, replace, joined, micro_batches, wrt, move):
         known = OrderedDict()
         for read, total in sums.values():
             known[read] = known[read] + total if read in known else total
-        through_layers = theano.grad(None, targets, known_grads=known,
+        through_layers = theano_grad(None, targets, known_grads=known,
                                      disconnected_inputs='ignore', return_disconnected='None')
         # What the loss reads of the weights outside the layers (a regulariser).
-        direct = theano.grad(loss, targets, consider_constant=joined,
+        direct = theano_grad(loss, targets, consider_constant=joined,
                              disconnected_inputs='ignore', return_disconnected='None')
         for stand_in, target, a, b in zip(group, targets, through_layers, direct):
             total = [g for g in (a, b) if g is not None]

@@ -4,11 +4,11 @@ Theano compiles each function before its first step, the shim's rewrite
 first, and prints nothing: with a replica of the model per context, a
 real model takes minutes.  Once a compile has run ``multigpu.progress``
 seconds, a line says which function, on how many contexts, how large its
-graph is, the phase (rewriting the graph, Theano's optimiser, linking its
-ops) and the time so far; while linking, how many ops are linked and how
-many C modules were built.  A line comes at each new phase, and every
-few seconds while the counts move; the last says the total and the time
-of each phase.  Under MPI, rank 0 alone prints.
+graph is, the phase (rewriting the graph, taking the gradients, Theano's
+optimiser, linking its ops) and the time so far; while linking, how many
+ops are linked and how many C modules were built.  A line comes at each
+new phase, and every few seconds while the counts move; the last says
+the total and the time of each phase.  Under MPI, rank 0 alone prints.
 """
 import sys
 import threading
@@ -19,7 +19,7 @@ from ..config.mpi_environment import launched_by_mpi
 
 __all__ = ['CompileProgress', 'compiling']
 
-PHASES = ('rewrite', 'optimise', 'link')
+PHASES = ('rewrite', 'gradients', 'optimise', 'link')
 # Seconds between two lines, at least; and at most, while nothing changes.
 MIN_INTERVAL = 1.0
 QUIET_AT_MOST = 30.0
@@ -60,6 +60,11 @@ class CompileProgress(object):
         self._enter('optimise')
 
     # compile_watch's watcher.
+    def entering(self, phase):
+        before = self.phase
+        self._enter(phase)
+        return before
+
     def linking(self, ops):
         self.ops, self.linked_ops = ops, 0
         self._enter('link')
@@ -147,6 +152,8 @@ class CompileProgress(object):
         phase = self.phase
         if phase == 'rewrite':
             doing = 'rewriting the graph for the contexts'
+        elif phase == 'gradients':
+            doing = 'taking the gradients'
         elif phase == 'optimise':
             doing = "Theano's optimiser"
         else:

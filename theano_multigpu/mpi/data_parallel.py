@@ -14,11 +14,10 @@ gradients, so the optimizer's updates are identical on every rank too.
 """
 from collections import OrderedDict
 
-import theano
 from theano import gof, tensor
 from theano.gradient import DisconnectedType, disconnected_grad
 
-from ..graph.gradients import by_loss, host_gradient
+from ..graph.gradients import by_loss, host_gradient, theano_grad
 from ..graph.replace import replaced
 from ..graph.rows import slice_bounds
 from .ops import AllGatherRows, AllReduceSum
@@ -118,7 +117,7 @@ def data_parallel_gradients(stand_ins, replace, wrt=None):
         params = [s.tag.multigpu_gradient.param for s in group]
         params = [wrt(p) for p in params] if wrt else params
         floats = [c for c in cut if c.dtype in tensor.continuous_dtypes]
-        above = theano.grad(rewritten, params + floats, consider_constant=cut,
+        above = theano_grad(rewritten, params + floats, consider_constant=cut,
                             disconnected_inputs='ignore', return_disconnected='Disconnected')
         through = _from_the_cut(params, [(c, _as_partial(c, g))
                                          for c, g in zip(floats, above[len(params):])
@@ -161,7 +160,7 @@ def _from_the_cut(params, known):
     nested = [(c, g) for c, g in known if c in below]
     terms = [(c * disconnected_grad(g)).sum() for c, g in nested]
     cost = sum(terms[1:], terms[0]) if terms else None
-    return theano.grad(cost, params, known_grads=OrderedDict(
+    return theano_grad(cost, params, known_grads=OrderedDict(
                            (c, g) for c, g in known if c not in below),
                        disconnected_inputs='ignore', return_disconnected='Disconnected')
 
