@@ -96,7 +96,11 @@ def run_child(model_name, n, base, key):
 
 
 def measure(models, counts):
-    base = tempfile.mkdtemp(prefix='compile_')
+    with tempfile.TemporaryDirectory(prefix='compile_') as base:
+        return _measure(models, counts, base)
+
+
+def _measure(models, counts, base):
     runs = {}
     for name in models:
         for n in counts:

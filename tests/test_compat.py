@@ -406,6 +406,22 @@ def test_the_stateful_lstm_example_on_two_contexts_builds_nothing_per_step(home,
         np.testing.assert_allclose(got, expected, rtol=rtol, atol=1e-4, err_msg=key)
 
 
+def test_k_function_takes_its_updates_from_an_iterator(home):
+    """K.function(..., updates=zip(...)) applies every update, with the
+    progress lines on (multigpu.progress=0): the shim reads the updates more
+    than once (an iterator was read up sizing the graph, and the weights
+    never moved)."""
+    out = run(home, 'shim', flags='multigpu.progress=0', code='''
+        import keras.backend as K
+        w, v = K.variable(np.ones(2)), K.variable(np.zeros(3))
+        x = K.placeholder(ndim=0)
+        step = K.function([x], [K.sum(w)], updates=zip([w, v], [w - x, v + 2 * x]))
+        step([np.float32(0.5)])
+        report(w=K.get_value(w).tolist(), v=K.get_value(v).tolist())
+    ''')
+    assert out == {'w': [0.5, 0.5], 'v': [1.0, 1.0, 1.0]}, out
+
+
 def test_a_compile_watcher_is_told_each_op_of_the_function_linked_once(home):
     """compile_watch: a function with a scan (whose inner function Theano
     compiles, folding constants, while the scan's op is linked) and an

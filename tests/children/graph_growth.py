@@ -32,7 +32,7 @@ CONSTANT = 200
 def say(line):
     """One line on stdout, from rank 0 only under mpirun: every rank builds
     the same graph, and mpirun interleaves the ranks' output mid-line."""
-    if os.environ.get('OMPI_COMM_WORLD_RANK', '0') == '0':
+    if os.environ.get('OMPI_COMM_WORLD_RANK', os.environ.get('PMI_RANK', '0')) == '0':
         sys.stdout.write(line + '\n')
         sys.stdout.flush()
 

@@ -21,6 +21,7 @@ def compile_function(keras_function, inputs, outputs, updates, kwargs, title):
     mesh = mesh_module.current()
     ranks = mpi_ranks(mesh)
     kwargs = _measuring(kwargs, mesh)
+    updates = list(updates)   # (a script may pass an iterator, read more than once here)
     accumulate = _accumulate(ranks)
     if mesh.mode == 'layer':
         if accumulate not in ('auto', 1):
@@ -166,11 +167,12 @@ def _compile_batchwise(keras_function, inputs, outputs, updates, kwargs, mesh, t
     from ..graph.gradients import stand_ins_in
     from . import keras_graph
     import theano
+    shown = title   # (the ranks' gathers are named by the function's own title)
     if len(mesh.names) < len(mesh_module.current().names):
-        title += ' (for batches of %d row(s): on %s)' % (len(mesh.names), ', '.join(mesh.names))
+        shown += ' (for batches of %d row(s): on %s)' % (len(mesh.names), ', '.join(mesh.names))
     if micro_batches > 1:
-        title += ' (in %d micro-batches per context)' % micro_batches
-    with progress.compiling(title, len(mesh.names)) as compile_progress:
+        shown += ' (in %d micro-batches per context)' % micro_batches
+    with progress.compiling(shown, len(mesh.names)) as compile_progress:
         compile_progress.rewriting()
         roots = list(outputs) + [new for _, new in updates]
         describe = keras_graph.node_describer(
@@ -182,18 +184,18 @@ def _compile_batchwise(keras_function, inputs, outputs, updates, kwargs, mesh, t
             micro_batches)
         compiled = _keras_compiled(keras_function, inputs, outputs, updates, kwargs,
                                    compile_progress)
-    return _checked(compiled, mesh, title, split)
+    return _checked(compiled, mesh, shown, split)
 
 
 def _keras_compiled(keras_function, inputs, outputs, updates, kwargs, compile_progress):
     """Keras's Function of the graph, Theano's optimiser and linker told to
-    ``compile_progress`` (with the size of the graph it is handed)."""
-    nodes = None
-    if compile_progress.shows:
+    ``compile_progress`` (and how to count the nodes it is handed, counted
+    only if a line shows them)."""
+    def count_nodes():
         from theano import gof
         roots = list(outputs) + [new for _, new in updates]
-        nodes = len(gof.graph.io_toposort(gof.graph.inputs(roots), roots))
-    compile_progress.optimising(nodes)
+        return len(gof.graph.io_toposort(gof.graph.inputs(roots), roots))
+    compile_progress.optimising(count_nodes)
     return keras_function(inputs, outputs, updates=updates, **kwargs)
 
 

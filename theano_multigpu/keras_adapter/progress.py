@@ -37,9 +37,10 @@ class CompileProgress(object):
         self.stream = stream if stream is not None else sys.stderr
         if self.stream is None:   # (python script.py 2>&-)
             after = self.after = None
-        self.start = time.time()
+        self.start = time.monotonic()
         self.phase, self.phase_start, self.seconds = None, self.start, {}
-        self.nodes = self.ops = None
+        self.nodes = self.ops = self._count_nodes = None
+        self._phases_shown = set()
         self.linked_ops = self.modules = 0
         self.printed = None   # the last line printed
         self._shown, self._shown_at = None, 0.0   # the state it showed, and when
@@ -55,8 +56,10 @@ class CompileProgress(object):
     def rewriting(self):
         self._enter('rewrite')
 
-    def optimising(self, nodes):
-        self.nodes = nodes
+    def optimising(self, count_nodes):
+        """Theano's optimiser starts on a graph of ``count_nodes()`` nodes
+        (called once, when a line first shows the size)."""
+        self._count_nodes = count_nodes
         self._enter('optimise')
 
     # compile_watch's watcher.
@@ -89,7 +92,7 @@ class CompileProgress(object):
                 self._write(self._summary())
             else:
                 self._write('Compiling %s stopped after %.1f s: %s'
-                            % (self._what(), time.time() - self.start, type(failed).__name__))
+                            % (self._what(), time.monotonic() - self.start, type(failed).__name__))
 
     @property
     def shows(self):
@@ -98,7 +101,7 @@ class CompileProgress(object):
 
     def _enter(self, phase):
         with self._lock:
-            now = time.time()
+            now = time.monotonic()
             if self.phase is not None:
                 self.seconds[self.phase] = (self.seconds.get(self.phase, 0.0)
                                             + now - self.phase_start)
@@ -116,16 +119,19 @@ class CompileProgress(object):
         in a phase, and the phase is new, or its counts moved (the lines
         ``after`` seconds apart, or a tenth of the time so far where that
         is longer), or nothing was printed for ``QUIET_AT_MOST`` seconds."""
-        now = time.time()
+        now = time.monotonic()
         with self._lock:   # (the ticker's thread and the compile's)
             if self.after is None or self.phase is None or now - self.start < self.after:
                 return
             state = (self.phase, self.linked_ops, self.modules)
             since = now - self._shown_at
             gap = max(self.after, MIN_INTERVAL, (now - self.start) / 10)
-            if (self._shown is None or state[0] != self._shown[0]
+            # A phase shows at once the first time (the gradients come back
+            # to the rewrite once per loss and micro-batch).
+            if (self.phase not in self._phases_shown
                     or (state != self._shown and since >= gap)
                     or since >= max(gap, QUIET_AT_MOST)):
+                self._phases_shown.add(self.phase)
                 self._shown, self._shown_at = state, now
                 self._write(self._line())
 
@@ -141,6 +147,8 @@ class CompileProgress(object):
         self.printed = line
 
     def _what(self):
+        if self.nodes is None and self._count_nodes is not None:
+            self.nodes, self._count_nodes = self._count_nodes(), None
         about = []
         if self.contexts:
             about.append('%d context%s' % (self.contexts, '' if self.contexts == 1 else 's'))
@@ -160,7 +168,7 @@ class CompileProgress(object):
             doing = 'linking: %s of %s ops, %d C module%s built' % (
                 format(self.linked_ops, ','), format(self.ops or 0, ','), self.modules,
                 '' if self.modules == 1 else 's')
-        return 'Compiling %s: %s, %d s' % (self._what(), doing, time.time() - self.start)
+        return 'Compiling %s: %s, %d s' % (self._what(), doing, time.monotonic() - self.start)
 
     def _summary(self):
         split = ', '.join('%s %.1f s' % (p, self.seconds[p]) for p in PHASES if p in self.seconds)
