@@ -248,7 +248,9 @@ def test_rank_zero_alone_prints_progress_and_every_rank_reads_the_files_at_once(
                              for name, extension in [('best', 'h5'), ('log', 'csv'),
                                                      ('model', 'h5'), ('weights', 'h5')])
     assert result.stdout.count('Epoch 1/2') == 1, result.stdout
-    assert result.stderr.count("Compiled Keras's train function") == 1, result.stderr
+    # Rank 0's lines alone: its train functions compiled (the model's, and
+    # those of the two models load_model restores with their optimizer).
+    assert result.stderr.count("Compiled Keras's train function") == 3, result.stderr
     seen = [open(str(home / ('loss_%d.txt' % rank))).read() for rank in range(ranks)]
     assert seen == [seen[0]] * ranks, seen
     assert seen[0].split()[1:] == ['[True,', 'True]', '3'], seen[0]  # header and 2 epochs
