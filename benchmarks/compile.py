@@ -24,22 +24,17 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from deep_models import contexts_flag  # noqa: E402
 from harness import PYTHON, child_env, record  # noqa: E402
 
 COMMAND = 'python benchmarks/compile.py'
 MODELS = ('mlp', 'cnn', 'lstm', 'resnet20')
 COUNTS = (1, 2, 4, 8)
-DEVICES = ('opencl0:0', 'opencl0:1')
 FUNCTIONS = ('train', 'test', 'predict')
 GOALS = {4: '<= 1.3', 8: '<= 1.6'}
 # 'Compiled <title> (<contexts, nodes>) in <s> s (<phase> <s> s, ...; <m> C modules built)'
 SUMMARY = re.compile(r"^Compiled Keras's (\w+) function \((?:(\d+) contexts?, )?([\d,]+) nodes\) "
                      r"in ([\d.]+) s \(([^;]*); (\d+) C modules? built\)$")
-
-
-def contexts_flag(n):
-    """n context names over pocl's two devices, alternating."""
-    return 'contexts=' + ';'.join('dev%d->%s' % (k, DEVICES[k % 2]) for k in range(n))
 
 
 def child(model_name):

@@ -94,11 +94,6 @@ class CompileProgress(object):
                 self._write('Compiling %s stopped after %.1f s: %s'
                             % (self._what(), time.monotonic() - self.start, type(failed).__name__))
 
-    @property
-    def shows(self):
-        """Whether any line may be printed (else nothing need be counted)."""
-        return self.after is not None
-
     def _enter(self, phase):
         with self._lock:
             now = time.monotonic()
