@@ -1,4 +1,5 @@
-"""Counts of the OpenCL programs a process builds and the kernels it makes.
+"""Counts of the OpenCL programs a process builds and the kernels it makes,
+and the time the OpenCL compiler took.
 
 libgpuarray opens libOpenCL with dlopen and takes each entry point with
 dlsym, so a library preloaded to wrap ``clBuildProgram`` is never called.
@@ -9,6 +10,8 @@ calls the real one.
     path = cl_counter.build(directory)     # once; then, in a child with
     env['LD_PRELOAD'] = path               # this in its environment:
     cl_counter.counts()                    # {'programs_built': 3, ...}
+    cl_counter.compiler_seconds()          # in clBuildProgram, clCompileProgram
+                                           # and clLinkProgram, all threads
 
 A ``dlsym(RTLD_NEXT, name)`` that another library makes resolves after this
 library, not after its caller: only libraries that look up OpenCL this way
@@ -18,13 +21,15 @@ import ctypes
 import os
 import subprocess
 
-__all__ = ['COUNTED', 'build', 'counts', 'programs']
+__all__ = ['COUNTED', 'build', 'counts', 'programs', 'compiler_seconds']
 
 # What is counted: an entry point, and the name of its count.  libgpuarray
 # builds a program with clCompileProgram and clLinkProgram (its header and
 # the kernel's source, two sources per program) or with clBuildProgram.
-COUNTED = (('clBuildProgram', 'programs_built'), ('clLinkProgram', 'programs_linked'),
+COUNTED = (('clBuildProgram', 'programs_built'), ('clCompileProgram', 'programs_compiled'),
+           ('clLinkProgram', 'programs_linked'),
            ('clCreateProgramWithSource', 'sources_created'),
+           ('clCreateProgramWithBinary', 'binaries_loaded'),
            ('clCreateKernel', 'kernels_created'))
 
 _SOURCE = r'''
@@ -33,16 +38,23 @@ _SOURCE = r'''
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
-long cl_counter_programs_built, cl_counter_programs_linked, cl_counter_sources_created,
-     cl_counter_kernels_created;
-static void *real_build, *real_link, *real_source, *real_kernel;
+long cl_counter_programs_built, cl_counter_programs_compiled, cl_counter_programs_linked,
+     cl_counter_sources_created, cl_counter_binaries_loaded, cl_counter_kernels_created;
+/* Nanoseconds inside the compiler's entry points, summed over threads. */
+long cl_counter_compiler_ns;
+static void *real_build, *real_compile, *real_link, *real_source, *real_binary, *real_kernel;
 
 typedef int32_t (*build_fn)(void *, uint32_t, const void *, const char *, void *, void *);
+typedef int32_t (*compile_fn)(void *, uint32_t, const void *, const char *, uint32_t,
+                              const void *, const char **, void *, void *);
 typedef void *(*link_fn)(void *, uint32_t, const void *, const char *, uint32_t,
                          const void *, void *, void *, int32_t *);
 typedef void *(*source_fn)(void *, uint32_t, const char **, const size_t *, int32_t *);
+typedef void *(*binary_fn)(void *, uint32_t, const void *, const size_t *,
+                           const unsigned char **, int32_t *, int32_t *);
 typedef void *(*kernel_fn)(void *, const char *, int32_t *);
 
 static void count(long *counter) { __atomic_add_fetch(counter, 1, __ATOMIC_RELAXED); }
@@ -51,21 +63,48 @@ static void *keep(void **entry, void *found, void *wrapper) {
   __atomic_store_n(entry, found, __ATOMIC_RELEASE);
   return wrapper;
 }
+static long now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1000000000L + t.tv_nsec;
+}
+static void add_since(long start) {
+  __atomic_add_fetch(&cl_counter_compiler_ns, now_ns() - start, __ATOMIC_RELAXED);
+}
 
 static int32_t counting_build(void *p, uint32_t n, const void *d, const char *o, void *f,
                               void *u) {
+  long start = now_ns();
   count(&cl_counter_programs_built);
-  return ((build_fn)real(&real_build))(p, n, d, o, f, u);
+  int32_t result = ((build_fn)real(&real_build))(p, n, d, o, f, u);
+  add_since(start);
+  return result;
+}
+static int32_t counting_compile(void *p, uint32_t n, const void *d, const char *o,
+                                uint32_t nh, const void *h, const char **hn, void *f, void *u) {
+  long start = now_ns();
+  count(&cl_counter_programs_compiled);
+  int32_t result = ((compile_fn)real(&real_compile))(p, n, d, o, nh, h, hn, f, u);
+  add_since(start);
+  return result;
 }
 static void *counting_link(void *c, uint32_t n, const void *d, const char *o, uint32_t np,
                            const void *ps, void *f, void *u, int32_t *e) {
+  long start = now_ns();
   count(&cl_counter_programs_linked);
-  return ((link_fn)real(&real_link))(c, n, d, o, np, ps, f, u, e);
+  void *result = ((link_fn)real(&real_link))(c, n, d, o, np, ps, f, u, e);
+  add_since(start);
+  return result;
 }
 static void *counting_source(void *c, uint32_t n, const char **s, const size_t *l,
                              int32_t *e) {
   count(&cl_counter_sources_created);
   return ((source_fn)real(&real_source))(c, n, s, l, e);
+}
+static void *counting_binary(void *c, uint32_t n, const void *d, const size_t *l,
+                             const unsigned char **b, int32_t *st, int32_t *e) {
+  count(&cl_counter_binaries_loaded);
+  return ((binary_fn)real(&real_binary))(c, n, d, l, b, st, e);
 }
 static void *counting_kernel(void *p, const char *name, int32_t *e) {
   count(&cl_counter_kernels_created);
@@ -86,9 +125,13 @@ void *dlsym(void *handle, const char *name) {
   void *found = real_dlsym(handle, name);
   if (!found || !name) return found;
   if (!strcmp(name, "clBuildProgram")) return keep(&real_build, found, (void *)counting_build);
+  if (!strcmp(name, "clCompileProgram"))
+    return keep(&real_compile, found, (void *)counting_compile);
   if (!strcmp(name, "clLinkProgram")) return keep(&real_link, found, (void *)counting_link);
   if (!strcmp(name, "clCreateProgramWithSource"))
     return keep(&real_source, found, (void *)counting_source);
+  if (!strcmp(name, "clCreateProgramWithBinary"))
+    return keep(&real_binary, found, (void *)counting_binary);
   if (!strcmp(name, "clCreateKernel")) return keep(&real_kernel, found, (void *)counting_kernel);
   return found;
 }
@@ -131,3 +174,11 @@ def programs():
     compiled and linked (libgpuarray's way); RuntimeError as ``counts``."""
     found = counts()
     return found['programs_built'] + found['programs_linked']
+
+
+def compiler_seconds():
+    """Seconds this process spent in the OpenCL compiler (clBuildProgram,
+    clCompileProgram, clLinkProgram), summed over threads; RuntimeError as
+    ``counts``."""
+    counts()
+    return ctypes.c_long.in_dll(ctypes.CDLL(None), 'cl_counter_compiler_ns').value / 1e9
