@@ -23,7 +23,14 @@ test functions before the first batch) on 8 batches for one epoch, then
 end of the first batch and to the end of the epoch (validation included)
 at 4 contexts over one's (goal of the issue: <= 1.3).
 
+And the train function's compile as it was at ``--before`` (that commit's
+package first on the children's PYTHONPATH; by default the last commit
+before each context built a GPU kernel once per compiled module rather
+than once per node), at 1 and 4 contexts: its time and OpenCL programs
+(it has no progress lines to split it by).
+
     python benchmarks/compile.py [--models mlp,cnn,lstm,resnet20] [--contexts 1,2,4,8]
+                                 [--before REV]
 """
 import argparse
 import io
@@ -37,7 +44,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from deep_models import contexts_flag  # noqa: E402
 import cl_counter  # noqa: E402
-from harness import PYTHON, child_env, record  # noqa: E402
+from harness import PYTHON, child_env, package_at, record  # noqa: E402
 
 COMMAND = 'python benchmarks/compile.py'
 MODELS = ('mlp', 'cnn', 'lstm', 'resnet20')
@@ -47,6 +54,9 @@ GOALS = {4: '<= 1.3', 8: '<= 1.6'}
 # The time to the first step: at these counts, on this many batches.
 FIRST_STEP_COUNTS = (1, 4)
 FIRST_STEP_BATCHES = 8
+# The "before" side: its revision and counts.
+BEFORE = '4842217'
+BEFORE_COUNTS = (1, 4)
 # 'Compiled <title> (<contexts, nodes>) in <s> s (<phase> <s> s, ...; <m> C modules built)'
 # Passes of the optimiser shown, the longest first; the rest are summed.
 PASSES_SHOWN = 6
@@ -54,10 +64,11 @@ SUMMARY = re.compile(r"^Compiled Keras's (\w+) function \((?:(\d+) contexts?, )?
                      r"in ([\d.]+) s \(([^;]*); (\d+) C modules? built\)$")
 
 
-def child(model_name):
+def child(model_name, summaries=True):
     """Compile ``model_name``'s three functions; print one JSON line:
-    {function: {'nodes', 'seconds', phase: seconds, 'modules',
-    'passes': {pass: seconds}, 'opencl_programs', 'opencl_compiler'}}."""
+    {function: {'wall', 'passes': {pass: seconds}, 'opencl_programs',
+    'opencl_compiler', and from the progress lines' summary (unless not
+    ``summaries``): 'nodes', 'seconds', phase: seconds, 'modules'}}."""
     import time
     model = _case(model_name).model
     model = getattr(model, 'model', model)   # a Sequential's Model
@@ -76,23 +87,24 @@ def child(model_name):
                             cl_counter.compiler_seconds() - compiler)
     finally:
         sys.stderr = stderr
-    found = {}
+    found = dict((name, {'wall': walls[name], 'passes': profiles.passes.get(name, {}),
+                         'opencl_programs': opencl[name][0],
+                         'opencl_compiler': round(opencl[name][1], 3)}) for name in FUNCTIONS)
+    summarised = set()
     for line in captured.getvalue().splitlines():
         match = SUMMARY.match(line)
         if match is None:
             continue
         name, _, nodes, seconds, phases, modules = match.groups()
-        entry = {'nodes': int(nodes.replace(',', '')), 'seconds': float(seconds),
-                 'wall': walls.get(name), 'modules': int(modules),
-                 'passes': profiles.passes.get(name, {}),
-                 'opencl_programs': opencl[name][0],
-                 'opencl_compiler': round(opencl[name][1], 3)}
+        entry = found[name]
+        entry.update(nodes=int(nodes.replace(',', '')), seconds=float(seconds),
+                     modules=int(modules))
         for phase in phases.split(', '):
             label, value, _ = phase.split(' ')
             entry[label] = float(value)
-        found[name] = entry
-    missing = [name for name in FUNCTIONS if name not in found]
-    if missing:
+        summarised.add(name)
+    missing = [name for name in FUNCTIONS if name not in summarised]
+    if summaries and missing:
         raise RuntimeError('no progress summary of the %s function(s) in:\n%s'
                            % (', '.join(missing), captured.getvalue()[-3000:]))
     print(json.dumps(found))
@@ -178,13 +190,20 @@ class OptimiserProfiles(object):
         return shown
 
 
-def run_child(model_name, n, base, key, mode='--child'):
+def run_child(model_name, n, base, key, mode='--child', package=None):
+    """The JSON line of a child (``mode``) at ``n`` contexts; ``package``:
+    the theano_multigpu it imports (the installed one if None)."""
     home = os.path.join(base, key)
     os.makedirs(home, exist_ok=True)
-    flags = contexts_flag(n) + ',multigpu.progress=0'
+    # (The progress lines show from the first second; a package from
+    # before them has no such setting.)
+    flags = contexts_flag(n) + ('' if package else ',multigpu.progress=0')
     env = child_env(home, flags)
     env['LD_PRELOAD'] = cl_counter.build(base)
-    result = subprocess.run([PYTHON, os.path.abspath(__file__), mode, model_name],
+    if package:
+        env['PYTHONPATH'] = os.pathsep.join([package] + [p for p in [env.get('PYTHONPATH')] if p])
+    extra = ['--no-summary'] if package else []
+    result = subprocess.run([PYTHON, os.path.abspath(__file__), mode, model_name] + extra,
                             env=env, cwd=home, capture_output=True, text=True, timeout=3600)
     if result.returncode != 0:
         raise RuntimeError('%s at %d contexts failed:\n%s' % (model_name, n,
@@ -192,13 +211,14 @@ def run_child(model_name, n, base, key, mode='--child'):
     return json.loads(result.stdout.strip().split('\n')[-1])
 
 
-def measure(models, counts):
+def measure(models, counts, before):
     with tempfile.TemporaryDirectory(prefix='compile_') as base:
-        return _measure(models, counts, base)
+        old = package_at(before, os.path.join(base, 'before')) if before else None
+        return _measure(models, counts, base, old)
 
 
-def _measure(models, counts, base):
-    runs, first = {}, {}
+def _measure(models, counts, base, old):
+    runs, first, earlier = {}, {}, {}
     for name in models:
         for n in counts:
             run_child(name, n, base, '%s-%d-warm' % (name, n))
@@ -224,11 +244,29 @@ def _measure(models, counts, base):
                 print('  %-8s %d context(s) fit: first step at %.1f s, first epoch at %.1f s; '
                       'predict %.1f s' % (name, n, times['first_step'], times['first_epoch'],
                                           times['predict']), flush=True)
-    return runs, first
+            if old and n in BEFORE_COUNTS:
+                for key in ('%s-%d-before-warm' % (name, n), '%s-%d-before' % (name, n)):
+                    earlier[(name, n)] = run_child(name, n, base, key, package=old)
+                entry = earlier[(name, n)]['train']
+                print('  %-8s %d context(s) train, before: %6.1f s (OpenCL compiler %.1f s, '
+                      '%d programs)' % (name, n, entry['wall'], entry['opencl_compiler'],
+                                        entry['opencl_programs']), flush=True)
+    return runs, first, earlier
 
 
-def figures_for(runs, first):
+def figures_for(runs, first, earlier, before):
     figures = []
+    for (name, n), then in sorted(earlier.items()):
+        now = runs[(name, n)]['train']
+        ratio = now['wall'] / then['train']['wall']
+        print('  %-8s train function at %d contexts, now over before (%s): %.2f'
+              % (name, n, before, ratio))
+        figures.append({
+            'name': 'compile/pocl/%s train-function compile time at %d contexts, now over before'
+                    % (name, n),
+            'value': round(ratio, 3), 'unit': 'ratio', 'goal': '', 'command': COMMAND,
+            'detail': {'now': now, 'before': then['train'], 'before_revision': before,
+                       'where': 'pocl, warm C and kernel caches; wall: _make_train_function'}})
     for (name, n), many in sorted(first.items()):
         one = first.get((name, 1))
         if n == 1 or one is None:
@@ -250,12 +288,19 @@ def figures_for(runs, first):
         if n == 1 or one is None:
             continue
         ratio = many['train']['wall'] / one['train']['wall']
-        print('  %-8s train function at %d contexts over 1: %.2f' % (name, n, ratio))
+        # What grows where each context does not run the compiler again
+        # (libgpuarray's CUDA backend loads compiled kernels from its disk
+        # cache; its OpenCL backend compiles each program per context).
+        without = ((many['train']['wall'] - many['train']['opencl_compiler'])
+                   / (one['train']['wall'] - one['train']['opencl_compiler']))
+        print('  %-8s train function at %d contexts over 1: %.2f (less the OpenCL compiler: %.2f)'
+              % (name, n, ratio, without))
         figures.append({
             'name': 'compile/pocl/%s train-function compile time, %d contexts over 1' % (name, n),
             'value': round(ratio, 3), 'unit': 'ratio', 'goal': GOALS.get(n, ''),
             'command': COMMAND,
-            'detail': {'one_context': one, 'contexts': many,
+            'detail': {'less_the_opencl_compiler': round(without, 3),
+                       'one_context': one, 'contexts': many,
                        'where': 'pocl, warm C and kernel caches; wall: _make_<name>_function; '
                                 'seconds per phase of the progress lines'}})
     return figures
@@ -266,10 +311,14 @@ def main(argv=None):
     parser.add_argument('--models', default=','.join(MODELS))
     parser.add_argument('--contexts', default=','.join(str(n) for n in COUNTS))
     parser.add_argument('--child', help=argparse.SUPPRESS)
+    parser.add_argument('--before', default=BEFORE,
+                        help='the revision of the "before" side (default %s; "" for none)'
+                        % BEFORE)
     parser.add_argument('--first-step', help=argparse.SUPPRESS)
+    parser.add_argument('--no-summary', action='store_true', help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        return child(args.child)
+        return child(args.child, summaries=not args.no_summary)
     if args.first_step:
         return first_step_child(args.first_step)
     models = args.models.split(',')
@@ -279,7 +328,7 @@ def main(argv=None):
                      % (', '.join(MODELS), ', '.join(unknown)))
     counts = sorted(set([1] + [int(n) for n in args.contexts.split(',')]))
     print('compile: %s at %s contexts (warm caches)' % (', '.join(models), counts), flush=True)
-    record(figures_for(*measure(models, counts)))
+    record(figures_for(*measure(models, counts, args.before), before=args.before))
 
 
 if __name__ == '__main__':

@@ -10,6 +10,7 @@ import json
 import os
 import platform
 import shutil
+import subprocess
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -45,7 +46,8 @@ def rank_slots(slot, ranks):
 
 __all__ = ['REPO', 'CACHE', 'PYTHON', 'MPIRUN', 'EACH_RANK_ITS_POCL_CACHE', 'rank_slots',
            'child_env', 'pocl_cache_dir', 'pocl_cache_of_this_worker', 'pocl_caches_side_by_side',
-           'record', 'median', 'add_configurations_option', 'chosen_configurations']
+           'record', 'median', 'add_configurations_option', 'chosen_configurations',
+           'package_at']
 
 
 def child_env(home, flags='', backend='theano_multigpu', extra=None, slot=None):
@@ -208,3 +210,22 @@ def _format(value):
     if isinstance(value, float):
         return '%.4g' % value
     return str(value)
+
+
+def package_at(revision, directory):
+    """A copy of theano_multigpu as it was at ``revision``, in ``directory``
+    (for PYTHONPATH); None where this checkout has no git history."""
+    try:
+        archive = subprocess.run(['git', '-C', REPO, 'archive', revision, 'theano_multigpu'],
+                                 check=True, capture_output=True, timeout=120).stdout
+    except (OSError, subprocess.CalledProcessError) as error:
+        print('  no "before" side: cannot read %s from git (%s)' % (revision, error))
+        return None
+    os.makedirs(directory)
+    try:
+        subprocess.run(['tar', '-x', '-C', directory], input=archive, check=True,
+                       capture_output=True, timeout=120)
+    except (OSError, subprocess.CalledProcessError) as error:
+        print('  no "before" side: cannot unpack %s into %s (%s)' % (revision, directory, error))
+        return None
+    return directory

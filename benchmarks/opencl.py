@@ -26,7 +26,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cl_counter  # noqa: E402
-from harness import PYTHON, REPO, child_env, median, record  # noqa: E402
+from harness import PYTHON, REPO, child_env, median, package_at, record  # noqa: E402
 from models import EXAMPLE_MODELS, MODELS  # noqa: E402
 from one_context import Worker, models_parser  # noqa: E402
 
@@ -36,25 +36,6 @@ BEFORE = '3802721'
 ONE = 'contexts=dev0->opencl0:0'
 TWO = 'contexts=dev0->opencl0:0;dev1->opencl0:1'
 DEFAULT_MODELS = ','.join(MODELS + EXAMPLE_MODELS)
-
-
-def package_at(revision, directory):
-    """A copy of theano_multigpu as it was at ``revision``, in ``directory``
-    (for PYTHONPATH); None where this checkout has no git history."""
-    try:
-        archive = subprocess.run(['git', '-C', REPO, 'archive', revision, 'theano_multigpu'],
-                                 check=True, capture_output=True, timeout=120).stdout
-    except (OSError, subprocess.CalledProcessError) as error:
-        print('  no "before" side: cannot read %s from git (%s)' % (revision, error))
-        return None
-    os.makedirs(directory)
-    try:
-        subprocess.run(['tar', '-x', '-C', directory], input=archive, check=True,
-                       capture_output=True, timeout=120)
-    except (OSError, subprocess.CalledProcessError) as error:
-        print('  no "before" side: cannot unpack %s into %s (%s)' % (revision, directory, error))
-        return None
-    return directory
 
 
 def measure(rounds, models, before):
