@@ -63,8 +63,8 @@ step_one_context() {
 }
 
 step_batch_wise() {
-  say "Step batch_wise: the same script, batch-wise on two pocl contexts, with the placement report of each function (multigpu.report=True)"
-  train_digits "contexts=dev0->opencl0:0;dev1->opencl0:1,multigpu.report=True"
+  say "Step batch_wise: the same script, batch-wise on two pocl contexts, with the placement report of each function (multigpu.report=True) and the progress of each compile from its first second on (multigpu.progress=1)"
+  train_digits "contexts=dev0->opencl0:0;dev1->opencl0:1,multigpu.report=True,multigpu.progress=1"
   echo "   test accuracy: one context ${ONE_CONTEXT_ACCURACY:-(step one_context not run)}, two contexts batch-wise $LAST_ACCURACY"
 }
 
