@@ -229,6 +229,24 @@ def test_every_recurrent_layer_gives_the_same_numbers_with_either_scan_loop(home
     assert out['losses']['compiled'] == out['losses']['python']
 
 
+def test_backward_loops_read_the_forward_products_with_the_same_numbers(home):
+    """tests/children/scan_reuse.py: scan_loops.py's model (every kind of
+    recurrent layer) trained from the same start with multigpu.scan_reuse
+    on and off: the same losses and weights (rtol 1e-5); on, the forward
+    loops run once (as many scans) and the backward loops compute fewer
+    matrix products (they read the forward's)."""
+    result = run_python(home, args=[os.path.join(CHILDREN, 'scan_reuse.py')], timeout=900)
+    line = [l for l in result.stdout.splitlines() if l.startswith('RESULT ')][-1]
+    out = json.loads(line[len('RESULT '):])
+    reused, own = out['losses']
+    assert np.allclose(reused, own, rtol=1e-5), out
+    assert out['arrays'] >= 40 and out['not_close'] == 0, out
+    assert out['scans'][0] == out['scans'][1], out
+    # SimpleRNN x2, GRU x2 (one product of the gates, one of the candidate)
+    # and LSTM x3 (four gates): at least one product less per layer.
+    assert out['backward_products'][0] <= out['backward_products'][1] - 7, out
+
+
 def test_scans_keras_does_not_make_give_theanos_numbers_with_either_loop(home):
     """tests/children/scan_cases.py: while loops (stopping early or not),
     taps -3 and -1, outputs kept in part (ring buffers), scalar and vector

@@ -444,6 +444,7 @@ HOOKS = [
     ('compat.compile_watch', '_watch_ifelse_ops', (), 'theano.ifelse'),
     ('compat.compile_watch', '_watch_modules', (), 'theano.gof.cc'),
     ('compat.shared_views', 'install', (), 'theano.compile.function'),
+    ('compat.scan_reuse', '_read_products_in_gradients', (), 'theano.scan_module.scan_op'),
     ('compat.shared_views', 'install_scan', (), 'theano.scan_module.scan'),
 ]
 # Hooks whose module imports Theano or pygpu, or that patch nothing: their
@@ -455,6 +456,7 @@ WITH_THEANO = {
     ('keras_adapter.rank_zero', '_rank_zero_writes_models'): 'the adapter imports Theano',
     ('compat.theano_fixes', '_fix_reduction_on_cpu_opencl'): 'imports pygpu and theano.scalar',
     ('compat.opencl_contexts', '_register'): 'imports theano.gof',
+    ('compat.scan_reuse', '_register_forward_once'): 'imports theano.gof',
     ('compat.theano_fixes', '_import_ifelse'): 'patches nothing (imports theano.ifelse)',
     ('compat.keras_fixes', 'write_theano_keras_json'): 'patches nothing (writes keras.json)',
     ('compat.theano_fixes', 'hidden.hide'): 'patches nothing (sys.modules)',

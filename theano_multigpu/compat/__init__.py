@@ -3,11 +3,12 @@
 ``keras_fixes``), precompiled headers for Theano's C modules
 (``precompiled_headers``), Theano's GPU kernels (``gpu_kernels``), BLAS and zero fills
 on OpenCL contexts (``opencl_contexts``), what Theano does while it compiles,
-for progress lines (``compile_watch``), and
+for progress lines (``compile_watch``), a recurrent layer's backward loop
+reading its forward loop's products (``scan_reuse``), and
 Theano's gpuarray backend with several contexts (``gpuarray_fixes``,
 installed once contexts are registered).
 
-Importing this package installs the first seven; it edits no installed
+Importing this package installs the first eight; it edits no installed
 file.  Each fix acts when its module is first imported (see
 ``theano_multigpu.importhook``), so installing costs almost nothing, and
 each checks its target first (``theano_multigpu.patch_targets``).  Plain
@@ -21,7 +22,7 @@ May import: ``theano_multigpu.config`` and the base modules (``errors``,
 from .. import importhook
 from ..config import settings
 from . import (compile_watch, gpu_kernels, keras_fixes, opencl_contexts, precompiled_headers,
-               python_fixes, theano_fixes)
+               python_fixes, scan_reuse, theano_fixes)
 
 __all__ = ['install']
 
@@ -41,6 +42,7 @@ def install():
     opencl_contexts.install()
     keras_fixes.install()
     compile_watch.install()
+    scan_reuse.install()
     _installed = True
 
 

@@ -312,6 +312,17 @@ SETTINGS = (
              "cannot be built, the Python loop runs after one warning); "
              "python: Theano's loop in Python.  The same numbers either way."),
     Setting(
+        'multigpu.scan_reuse', True, kind='bool', example='False', fixes=True,
+        summary="recurrent layers: the backward loop reads the products "
+                "h(t-1) . U the forward loop computed (kept, one per step) "
+                "instead of computing them again",
+        help="Recurrent layers: when a scan's gradient is taken, the matrix "
+             "products of its step that depend on its states (an LSTM's four "
+             "h(t-1) . U) are kept from the forward loop, one per step, and "
+             "the backward loop reads them instead of computing them again. "
+             "False: Theano's scan gradient as it is (less memory: no kept "
+             "products)."),
+    Setting(
         'multigpu.precompiled_headers', True, kind='bool', example='False',
         fixes=True,
         summary="Theano's C modules read a recurring block of ``#include`` lines "
