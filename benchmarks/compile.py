@@ -182,6 +182,10 @@ class OptimiserProfiles(object):
 
     @staticmethod
     def _top(optimiser, seconds):
+        if len(seconds) != len(optimiser):
+            # (a pass that failed and was skipped left no time: the times
+            # cannot be told to their passes)
+            return {'(not split: a pass failed)': round(sum(seconds), 3)}
         named = sorted(((s, getattr(o, 'name', None) or type(o).__name__)
                         for o, s in zip(optimiser, seconds)), reverse=True)
         shown = dict((name, round(s, 3)) for s, name in named[:PASSES_SHOWN])

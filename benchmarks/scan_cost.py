@@ -48,6 +48,9 @@ from keras.layers import Dense
 from keras.models import Sequential
 
 layer_name, steps, timesteps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+# (theano.grad recurses through the unrolled layer: a few frames per op
+# of each of its steps)
+sys.setrecursionlimit(max(sys.getrecursionlimit(), 2000 * timesteps))
 layer_name, _, stacked = layer_name.partition('x')
 # Where a step's time goes: Scan.execute (both loops go through it) and
 # the inner function it calls.

@@ -233,17 +233,22 @@ def test_backward_loops_read_the_forward_products_with_the_same_numbers(home):
     """tests/children/scan_reuse.py: scan_loops.py's model (every kind of
     recurrent layer) trained from the same start with multigpu.scan_reuse
     on and off: the same losses and weights (rtol 1e-5); on, the forward
-    loops run once (as many scans) and the backward loops compute fewer
-    matrix products (they read the forward's)."""
+    loops run once (as many scans, as many products in them) and the
+    backward loops compute fewer matrix products (they read the
+    forward's)."""
     result = run_python(home, args=[os.path.join(CHILDREN, 'scan_reuse.py')], timeout=900)
     line = [l for l in result.stdout.splitlines() if l.startswith('RESULT ')][-1]
     out = json.loads(line[len('RESULT '):])
     reused, own = out['losses']
     assert np.allclose(reused, own, rtol=1e-5), out
     assert out['arrays'] >= 40 and out['not_close'] == 0, out
+    # One forward: a forward computed twice (the two scans merged by
+    # Theano) would compute its products twice.
     assert out['scans'][0] == out['scans'][1], out
-    # SimpleRNN x2, GRU x2 (one product of the gates, one of the candidate)
-    # and LSTM x3 (four gates): at least one product less per layer.
+    assert out['forward_products'][0] == out['forward_products'][1], out
+    # The GRUs (consume_less 'mem': three products, 'gpu': two) and the
+    # LSTMs ('gpu': one, 'mem' and the default: four) read them; a
+    # SimpleRNN's backward needs none (it reads its state, the tanh).
     assert out['backward_products'][0] <= out['backward_products'][1] - 7, out
 
 

@@ -3,7 +3,8 @@ dropout inside the step, stateful layers) trained from the same start with
 the backward loops reading the forward's products
 (``multigpu.scan_reuse=True``) and with Theano's own scan gradient
 (False); prints one JSON line: the losses and weights of both, the scans of
-each train function and the matrix products in their backward loops.
+each train function and the matrix products in their forward and backward
+loops.
 
     python scan_reuse.py        (under the parent's THEANO_FLAGS)
 """
@@ -21,12 +22,14 @@ PRODUCTS = ('Dot', 'Dot22', 'Dot22Scalar', 'Gemm', 'Gemv', 'Ger')
 
 def scans_and_products(function):
     """(the scans of ``function``'s graph, the matrix products of its
-    backward loops' compiled steps)."""
+    forward loops' compiled steps, and of its backward loops')."""
     scans = [node for node in function.maker.fgraph.toposort() if isinstance(node.op, Scan)]
-    products = sum(type(inner.op).__name__ in PRODUCTS
-                   for node in scans if node.op.name.startswith('grad_of')
+
+    def products(backward):
+        return sum(type(inner.op).__name__ in PRODUCTS
+                   for node in scans if node.op.name.startswith('grad_of') == backward
                    for inner in node.op.fn.maker.fgraph.toposort())
-    return len(scans), products
+    return len(scans), products(False), products(True)
 
 
 def main():
@@ -42,13 +45,14 @@ def main():
         for variable, value in zip(variables, start):
             variable.set_value(value)
         losses = [float(model.train_on_batch(x, y)) for _ in range(STEPS)]
-        scans, products = scans_and_products(model.train_function.function)
+        scans, forward, backward = scans_and_products(model.train_function.function)
         runs[reuse] = {'losses': losses, 'weights': model.get_weights(), 'scans': scans,
-                       'backward_products': products}
+                       'forward_products': forward, 'backward_products': backward}
     pairs = list(zip(runs[True]['weights'], runs[False]['weights']))
     print('RESULT ' + json.dumps({
         'losses': [runs[True]['losses'], runs[False]['losses']],
         'scans': [runs[True]['scans'], runs[False]['scans']],
+        'forward_products': [runs[True]['forward_products'], runs[False]['forward_products']],
         'backward_products': [runs[True]['backward_products'],
                               runs[False]['backward_products']],
         'arrays': len(pairs),
