@@ -1,5 +1,7 @@
 """A recurrent layer's backward loop reads the products its forward loop
-computed, instead of computing them again (``multigpu.scan_reuse``).
+computed, instead of computing them again (``multigpu.scan_reuse``; off
+by default, and for one context per process: with several, Theano's
+ScanMerge merged two replicas' backward loops onto one context).
 
 Theano's scan gradient (``Scan.L_op``) feeds the backward loop each output
 of the forward loop, step by step, and computes again inside the backward

@@ -312,16 +312,17 @@ SETTINGS = (
              "cannot be built, the Python loop runs after one warning); "
              "python: Theano's loop in Python.  The same numbers either way."),
     Setting(
-        'multigpu.scan_reuse', True, kind='bool', example='False', fixes=True,
+        'multigpu.scan_reuse', False, kind='bool', example='True', fixes=True,
         summary="recurrent layers: the backward loop reads the products "
                 "h(t-1) . U the forward loop computed (kept, one per step) "
-                "instead of computing them again",
+                "instead of computing them again; for one context per process",
         help="Recurrent layers: when a scan's gradient is taken, the matrix "
              "products of its step that depend on its states (an LSTM's four "
              "h(t-1) . U) are kept from the forward loop, one per step, and "
-             "the backward loop reads them instead of computing them again. "
-             "False: Theano's scan gradient as it is (less memory: no kept "
-             "products)."),
+             "the backward loop reads them instead of computing them again "
+             "(more memory: the kept products).  For one context per process "
+             "for now: with several, Theano merged two replicas' backward "
+             "loops onto one context."),
     Setting(
         'multigpu.precompiled_headers', True, kind='bool', example='False',
         fixes=True,
