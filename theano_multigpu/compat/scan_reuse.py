@@ -88,8 +88,9 @@ def with_products(op, outer_inputs, products):
 def _reading_products(L_op):
     def L_op_reading_products(self, inputs, outs, dC_douts):
         import theano
-        products = state_products(self) if _eligible(self) else []
-        if not products or not theano.config.multigpu.scan_reuse:
+        products = (state_products(self)
+                    if theano.config.multigpu.scan_reuse and _eligible(self) else [])
+        if not products:
             return L_op(self, inputs, outs, dC_douts)
         from theano.gradient import DisconnectedType
         extended, extended_inputs = with_products(self, inputs, products)
